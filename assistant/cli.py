@@ -1,0 +1,79 @@
+"""The command line: parse, hand off, turn our errors into one line and an exit code.
+
+Each subcommand lives in its own ``assistant/cmd_*.py`` module exposing
+``add_parser(subparsers)`` and ``run(args) -> int``; this module only wires
+them. No diagnosis logic here.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from assistant import __version__
+from assistant.errors import EXIT_USAGE, OomvetError
+from probes.errors import ProbeError
+
+# order = order in --help
+COMMANDS = ("chat", "diagnose", "probe", "intake", "devices", "check", "apply", "simulate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="oomvet",
+        description=(
+            "Find out why a local LLM served by Ollama runs out of GPU memory, "
+            "prove it with measurements, and leave with a verified config.\n"
+            "查明 Ollama 本地模型显存不足（OOM）的原因，用实测验证，并给出经过验证的配置。"
+        ),
+        epilog="With no command, starts the chat. Exit codes: 0 verified config, 1 no config fits, "
+               "2 bad usage or input, 3 server unreachable.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"oomvet {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = _command_module(name)
+        if module is not None:
+            module.add_parser(sub)
+    return parser
+
+
+def _command_module(name: str):
+    try:
+        return importlib.import_module(f"assistant.cmd_{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"assistant.cmd_{name}":
+            return None  # command not built yet
+        raise
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        if _command_module("chat") is not None:
+            argv = ["chat", *argv]
+    args = parser.parse_args(argv)  # argparse exits 2 with one usage line on bad flags
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.run(args) or 0)
+    except (OomvetError, ProbeError) as exc:
+        if os.environ.get("OOMVET_RAISE"):  # tests: see the real exception
+            raise
+        print(f"oomvet: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("oomvet: interrupted / 已中断", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Small exceptions the CLI turns into one clear line and an exit code.
+
+Every room raises these (or a subclass) for problems a user can fix; the CLI
+in :mod:`assistant.cli` is the only place that prints them. Anything else is
+a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+EXIT_OK = 0          # done, config verified
+EXIT_NO_FIT = 1      # no config fits; best finding reported
+EXIT_USAGE = 2       # bad usage or input
+EXIT_UNREACHABLE = 3  # the Ollama server cannot be reached
+
+
+class OomvetError(Exception):
+    """A problem the user can act on; shown as one line. Subclasses set the exit code."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+class UsageError(OomvetError):
+    """Bad flags, a bad budget string, a malformed answers or scenario file."""
+
+
+class ServerUnreachable(OomvetError):
+    """The Ollama server did not answer at the host we were given."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+class DependencyError(OomvetError):
+    """A required library cannot be imported (e.g. durable_rules on Python 3.13+)."""

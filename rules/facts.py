@@ -1,0 +1,164 @@
+"""The fact contract between intake, probes and the rules, in one place.
+
+Facts are plain dicts with a ``kind``. Intake and the probes build them, the
+rules read them, and everything posted to the knowledge base passes through
+:func:`validate` first, so a probe that forgets a field fails loudly at the
+boundary instead of silently matching no rule. Sizes are bytes (int), times
+seconds (float). Extend a kind by adding an optional field here; never fork it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+PHASES = ("load", "long_input", "concurrent", "slow", "creeping", "crash", "unknown")
+CAUSES = ("weights", "kv_cache", "not_released", "concurrency", "not_memory")
+ACTIONS = ("ask", "probe", "change", "done")
+PROBES = ("baseline", "context", "quant", "backend", "stability")
+TIERS = ("short", "medium", "long", "longer", "longest")
+
+_NUM = (int, float)
+_OPT = object()  # marker: optional field
+
+
+class FactError(ValueError):
+    """A fact that does not fit the contract; seen by developers, and by users
+    only through a bug report (probes and intake build facts, not people)."""
+
+
+@dataclass(frozen=True)
+class Field:
+    types: tuple
+    required: bool = True
+    choices: tuple | None = None
+
+
+def _f(*types, required=True, choices=None) -> Field:
+    return Field(tuple(types), required, choices)
+
+
+_NONE = type(None)
+
+# kind -> field -> spec. ``None`` is allowed wherever _NONE is listed: a probe
+# that could not read a value says so with None rather than inventing one.
+SCHEMA: dict[str, dict[str, Field]] = {
+    "symptom": {
+        "phase": _f(str, choices=PHASES),
+        "text": _f(str),
+        "error": _f(str, _NONE, required=False),
+    },
+    "target": {
+        "model": _f(str, _NONE),
+        "want_ctx": _f(int, _NONE),
+        "want_parallel": _f(int, _NONE),
+        "budget": _f(int, _NONE),
+        "keep_context": _f(bool, _NONE, required=False),
+    },
+    "device": {
+        "name": _f(str),
+        "vendor": _f(str),  # nvidia / amd / apple / cpu / simulated
+        "total": _f(int),
+        "used_idle": _f(int),
+        "unified": _f(bool),
+        "limit": _f(int, required=False),  # min(budget, what the device can give)
+        "source": _f(str, required=False),
+    },
+    "load": {
+        "model": _f(str),
+        "options": _f(dict),
+        "ok": _f(bool),
+        "error": _f(str, _NONE),
+        "size": _f(int, _NONE),
+        "size_vram": _f(int, _NONE),
+        "used_after": _f(int, _NONE),
+        "used_settled": _f(int, _NONE),
+        "drift_per_min": _f(*_NUM, _NONE),
+        "used_idle": _f(int, _NONE, required=False),
+        "placement": _f(str, _NONE, required=False, choices=("gpu", "partial", "cpu", None)),
+        "over_limit": _f(bool, required=False),
+        "oom": _f(bool, required=False),
+    },
+    "tier": {
+        "name": _f(str),
+        "num_ctx": _f(int),
+        "prompt_tokens": _f(int, _NONE),
+        "peak": _f(int, _NONE),
+        "back_to_baseline": _f(bool, _NONE),
+        "ok": _f(bool),
+        "error": _f(str, _NONE),
+        "truncated": _f(bool),
+        "model": _f(str, required=False),
+        "oom": _f(bool, required=False),
+        "sent_tokens": _f(int, _NONE, required=False),
+    },
+    "quant_trial": {
+        "tag": _f(str),
+        "level": _f(str),
+        "ok": _f(bool),
+        "weights": _f(int, _NONE),
+        "coherent": _f(bool, _NONE),
+        "issues": _f(list),
+        "bits": _f(*_NUM, _NONE, required=False),
+        "peak": _f(int, _NONE, required=False),
+        "num_ctx": _f(int, _NONE, required=False),
+    },
+    "knob_trial": {
+        "knob": _f(str, choices=("num_batch", "num_parallel", "kv_cache_type", "kv_cache_off")),
+        "old": _f(int, str, _NONE),
+        "new": _f(int, str, _NONE),
+        "peak": _f(int, _NONE),
+        "ok": _f(bool),
+        "error": _f(str, _NONE, required=False),
+        "applied": _f(bool, required=False),  # False: a server knob we could not change
+    },
+    "stability": {
+        "config": _f(dict),
+        "eval_count": _f(int, _NONE),
+        "done_reason": _f(str, _NONE),
+        "ok": _f(bool),
+        "truncated": _f(bool),
+        "repeated": _f(bool),
+        "errors": _f(list),
+        "peak": _f(int, _NONE, required=False),
+        "regression": _f(bool, required=False),
+    },
+    "answer": {  # a user's reply to an `ask`
+        "question": _f(str),
+        "value": _f(str, int, float, bool, _NONE),
+    },
+    "diagnosis": {
+        "cause": _f(str, choices=CAUSES),
+    },
+    "next": {
+        "action": _f(str, choices=ACTIONS),
+    },
+}
+
+
+def validate(fact: Mapping[str, Any]) -> dict:
+    """Return a plain-dict copy of ``fact`` if it fits the contract, else raise
+    :class:`FactError` naming the kind and the field at fault."""
+    if not isinstance(fact, Mapping):
+        raise FactError(f"a fact must be a mapping, got {type(fact).__name__}")
+    kind = fact.get("kind")
+    if kind not in SCHEMA:
+        raise FactError(f"unknown fact kind {kind!r} (known: {', '.join(SCHEMA)})")
+    spec = SCHEMA[kind]
+    for name, field in spec.items():
+        if name not in fact:
+            if field.required:
+                raise FactError(f"{kind} fact is missing field {name!r}")
+            continue
+        value = fact[name]
+        # bool is an int in Python; refuse True where a size is expected
+        if isinstance(value, bool) and bool not in field.types:
+            raise FactError(f"{kind}.{name} must be {_names(field.types)}, got bool")
+        if not isinstance(value, field.types):
+            raise FactError(f"{kind}.{name} must be {_names(field.types)}, got {type(value).__name__}")
+        if field.choices is not None and value not in field.choices:
+            raise FactError(f"{kind}.{name} must be one of {field.choices}, got {value!r}")
+    return dict(fact)
+
+
+def _names(types: tuple) -> str:
+    return " or ".join("None" if t is _NONE else t.__name__ for t in types)
