@@ -1,0 +1,176 @@
+"""Running an Ollama server we own, and the small control surface probes use.
+
+Server-wide knobs (``OLLAMA_NUM_PARALLEL``, ``OLLAMA_KV_CACHE_TYPE``,
+``OLLAMA_FLASH_ATTENTION``) only change with a restart. A probe asks a
+:class:`ServerControl` whether it may restart the server; for a server oomvet
+started itself (the rig, the simulator) it may, for a user's server it may
+not, and the probe prints the exact command instead. :class:`ManagedServer`
+starts ``ollama serve`` on a free loopback port with its own model store and
+stops it together with its ``ollama runner`` children, so a user's server on
+11434 is never touched.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Mapping, Protocol
+
+import psutil
+
+from probes.errors import ProbeError, ServerUnreachableError
+
+DEFAULT_PORT = 11434
+
+
+class ServerControl(Protocol):
+    """What a probe may do to the server besides sending requests."""
+
+    def can_restart(self) -> bool: ...
+
+    def restart(self, env: Mapping[str, str]) -> None:
+        """Restart with these OLLAMA_* settings on top of the current ones."""
+
+    def env(self) -> dict[str, str]:
+        """The OLLAMA_* settings the server runs with (as far as we know)."""
+
+
+class ForeignServer:
+    """A server oomvet did not start: never restarted, settings unknown unless told."""
+
+    def __init__(self, env: Mapping[str, str] | None = None):
+        self._env = dict(env or {})
+
+    def can_restart(self) -> bool:
+        return False
+
+    def restart(self, env: Mapping[str, str]) -> None:
+        raise ProbeError("oomvet does not restart a server it did not start")
+
+    def env(self) -> dict[str, str]:
+        return dict(self._env)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (never the default 11434)."""
+    while True:
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port != DEFAULT_PORT:
+            return port
+
+
+def wait_until_up(host: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> str:
+    """Poll ``GET /api/version`` until it answers; return the version string."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServerUnreachableError(f"ollama serve exited with code {proc.returncode} before answering")
+        try:
+            with urllib.request.urlopen(f"{host}/api/version", timeout=2) as resp:
+                import json
+
+                return json.loads(resp.read())["version"]
+        except OSError as exc:
+            last = str(exc)
+            time.sleep(0.2)
+    raise ServerUnreachableError(f"ollama serve at {host} did not answer within {timeout_s:.0f}s ({last})")
+
+
+class ManagedServer:
+    """``ollama serve`` started by oomvet on a free loopback port.
+
+    Same as typing ``OLLAMA_HOST=127.0.0.1:PORT OLLAMA_MODELS=DIR ollama serve``.
+    The server runs in its own process group, so stopping it also stops the
+    ``ollama runner`` children that hold the model.
+    """
+
+    def __init__(self, ollama_bin: Path | str, models_dir: Path | str, *, log_path: Path | str | None = None,
+                 env: Mapping[str, str] | None = None, port: int | None = None):
+        self.ollama_bin = str(ollama_bin)
+        self.models_dir = Path(models_dir)
+        self.log_path = Path(log_path) if log_path else None
+        self._extra_env = {k: str(v) for k, v in (env or {}).items()}
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+        self.version: str | None = None
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def process_env(self) -> dict[str, str]:
+        """Environment for ``ollama serve`` and for ``ollama`` CLI calls against it."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OLLAMA_")}
+        env.update(OLLAMA_HOST=f"127.0.0.1:{self.port}", OLLAMA_MODELS=str(self.models_dir))
+        env.update(self._extra_env)
+        return env
+
+    def start(self, timeout_s: float = 60.0) -> "ManagedServer":
+        if self.proc is not None:
+            return self
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen([self.ollama_bin, "serve"], env=self.process_env(), stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()
+        try:
+            self.version = wait_until_up(self.host, timeout_s, self.proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            children = []
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout_s)
+        # a runner that escaped the group (setsid) still belongs to us
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(children, timeout=timeout_s)
+
+    # ServerControl
+    def can_restart(self) -> bool:
+        return True
+
+    def restart(self, env: Mapping[str, str]) -> None:
+        self.stop()
+        self._extra_env.update({k: str(v) for k, v in env.items()})
+        self.start()
+
+    def env(self) -> dict[str, str]:
+        return {k: v for k, v in self.process_env().items() if k.startswith("OLLAMA_")}
+
+    def __enter__(self) -> "ManagedServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

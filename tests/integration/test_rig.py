@@ -1,0 +1,54 @@
+"""The rig itself: a real Ollama v0.11.4 serving three real NeoHorse-1 stand-ins."""
+from __future__ import annotations
+
+import pytest
+
+from probes import baseline
+from probes.ollama_api import Ollama
+from probes.rig import TAGS
+from tests.integration.helpers import KV_PER_TOKEN, MiB, rig_env
+
+pytestmark = pytest.mark.integration
+
+
+def test_rig_serves_the_pinned_version_on_a_private_port(rig):
+    api = Ollama(rig.host)
+    assert api.version() == "0.11.4"
+    assert not rig.host.endswith(":11434")
+
+
+@pytest.mark.parametrize("tag,level", sorted(TAGS.items()))
+def test_each_tag_reports_its_level_and_answers_sensibly(rig, tag, level):
+    api = Ollama(rig.host)
+    assert api.show(tag).quantization == level
+    gen = api.generate(tag, "What is the capital of France? Answer in one sentence.",
+                       {"temperature": 0, "seed": 1, "num_predict": 40, "num_ctx": 1024})
+    api.unload(tag)
+    assert gen.ok, gen.error
+    assert "Paris" in gen.text
+    assert gen.done_reason in ("stop", "length")
+
+
+def test_latest_is_the_f16_tag(rig):
+    assert Ollama(rig.host).show("neohorse-1:latest").quantization == "F16"
+
+
+def test_load_raises_runner_memory_and_unload_returns_to_idle(rig):
+    env = rig_env(rig)
+    result = baseline.run(env, "neohorse-1:q8_0", num_ctx=2048, settle_s=1.0)
+    fact = result.facts[0]
+    assert fact["ok"], fact
+    assert fact["used_after"] > 100 * MiB  # the runner holds the weights and the KV cache
+    # restoring() unloaded it: the runner is gone, so usage is back to the idle reading
+    assert env.used() <= fact["used_idle"] + 8 * MiB
+    assert env.api.ps() == []
+
+
+def test_kv_cache_growth_from_2048_to_8192_matches_the_formula(rig):
+    env = rig_env(rig)
+    after = {}
+    for ctx in (2048, 8192):
+        after[ctx] = baseline.run(env, "neohorse-1:q8_0", num_ctx=ctx, settle_s=0.5).facts[0]["used_after"]
+    expected = KV_PER_TOKEN * (8192 - 2048)  # 135 MiB
+    grew = after[8192] - after[2048]
+    assert abs(grew - expected) <= 0.25 * expected, (grew / MiB, expected / MiB)
