@@ -1,0 +1,163 @@
+"""``--budget``: how much memory the recommended config may use, and the limit
+every probe measures against.
+
+A budget is a size (``6GiB``, ``600MiB``, ``7.5G``) or a share of the device
+(``80%`` of its total). The limit is the smaller of the budget and what the
+device can give. "What the device can give" is its free memory at the idle
+baseline plus what our own model already holds there (``own_bytes``: it is
+ours to reuse when the model reloads); memory other processes hold is not
+ours. On the host source the reading's ``used`` is the runner's RSS, i.e.
+already our own, and "free" is the system's available memory; without a
+budget there the limit is the host's available memory, and the note says so.
+
+Readings are device-level, so the limit is also expressed as a ceiling on a
+reading from the same source (``ceiling_bytes`` = others' usage + limit):
+a reading above it is an out-of-memory outcome like an error.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from probes.errors import ProbeError
+from probes.memory.base import DeviceInfo, Reading
+from probes.units import SizeError, fmt_size, parse_size
+
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*%\s*$")
+_HELP = "use a size like 6GiB, 600MiB, 7.5G, or a share of the device like 80%"
+
+
+@dataclass(frozen=True)
+class Budget:
+    bytes: int | None         # a size budget
+    fraction: float | None    # a share of the device total (0 < f <= 1)
+    text: str                 # as the user wrote it
+
+    def bytes_for(self, total_bytes: int | None) -> int:
+        """The budget in bytes on a device with this total."""
+        if self.bytes is not None:
+            return self.bytes
+        if total_bytes is None:
+            raise ProbeError(f"--budget {self.text}: the memory source does not report the "
+                             "device total, so a share cannot be computed",
+                             hint="give a size instead, e.g. --budget 6GiB")
+        return int(total_bytes * self.fraction)
+
+
+def parse_budget(text: str) -> Budget:
+    """``"6GiB"``, ``"600MiB"``, ``"7.5G"``, ``"80%"`` -> Budget. Anything else
+    raises SizeError (a ProbeError: one clear line, exit code 2)."""
+    raw = "" if text is None else str(text)
+    if not raw.strip():
+        raise SizeError(f"--budget is empty: {_HELP}")
+    m = _PERCENT.match(raw)
+    if m:
+        pct = float(m.group(1))
+        if not 0 < pct <= 100:
+            raise SizeError(f"--budget {raw.strip()!r}: a share of the device must be above 0% "
+                            "and at most 100%")
+        return Budget(None, pct / 100.0, raw.strip())
+    if raw.strip().startswith("-"):
+        raise SizeError(f"--budget {raw.strip()!r}: a budget cannot be negative; {_HELP}")
+    try:
+        size = parse_size(raw)
+    except SizeError as exc:
+        # keep parse_size's reason when it is more precise than "not a size"
+        why = str(exc)
+        if "more than zero" in why:
+            why = "a budget must be more than zero"
+        elif why.startswith("unknown size unit"):
+            why = why.split(" in ")[0]
+        else:
+            why = "not a size"
+        raise SizeError(f"--budget {raw.strip()!r}: {why}; {_HELP}") from None
+    if raw.strip().replace(".", "", 1).isdigit() and size < (1 << 20):
+        # a bare number is bytes by the project's convention; this small it is a slip
+        raise SizeError(f"--budget {raw.strip()!r} means {size} bytes, too small for any model; "
+                        f"did you mean {raw.strip()}GiB?")
+    return Budget(size, None, raw.strip())
+
+
+@dataclass(frozen=True)
+class Limit:
+    bytes: int                # what the model may use
+    source: str               # "budget" | "device" | "host-available"
+    note: str                 # one line the UI shows (English)
+    note_zh: str = ""         # the same line in Chinese (probes cannot reach the i18n catalog)
+    device_bytes: int | None = None   # what the device can give (None: unknown)
+    budget_bytes: int | None = None
+    ceiling_bytes: int = 0    # a reading (same source) above this is over the limit
+
+    def text(self, lang: str = "en") -> str:
+        return self.note_zh if lang == "zh" and self.note_zh else self.note
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_limit(budget: Budget | None, info: DeviceInfo, reading: Reading, *,
+                  own_bytes: int | None = None) -> Limit:
+    """min(budget, what the device can give), from a reading at the idle baseline.
+
+    ``own_bytes``: memory our model already holds in that reading (default:
+    the whole reading on the host source, where ``used`` is the runner's RSS;
+    0 on GPU sources, whose baseline is taken with the model unloaded).
+    """
+    host = info.source == "host"
+    own = (reading.used_bytes or 0) if own_bytes is None and host else (own_bytes or 0)
+    total = info.total_bytes if info.total_bytes is not None else reading.total_bytes
+    if reading.free_bytes is not None:
+        can_give = reading.free_bytes + own
+    elif total is not None and reading.used_bytes is not None:
+        can_give = total - reading.used_bytes + own
+    else:
+        can_give = None
+    if can_give is not None:
+        can_give = max(can_give, 0)
+    others = 0 if host else max((reading.used_bytes or 0) - own, 0)
+
+    def limit(nbytes: int, source: str, en: str, zh: str, budget_b=None) -> Limit:
+        return Limit(nbytes, source, en, zh, can_give, budget_b, others + nbytes)
+
+    where_en = "the host" if host else info.name
+    where_zh = "主机" if host else info.name
+    if budget is not None:
+        b = budget.bytes_for(total)
+        if can_give is None or b <= can_give:
+            give_en = (f"the host has {fmt_size(can_give)} available" if host
+                       else f"{info.name} can give {fmt_size(can_give)}")
+            return limit(b, "budget",
+                         f"{fmt_size(b)} from --budget {budget.text} ({give_en})",
+                         f"{fmt_size(b)}，来自 --budget {budget.text}（{where_zh}可用 {fmt_size(can_give)}）",
+                         b)
+        src = "host-available" if host else "device"
+        return limit(can_give, src,
+                     f"--budget {budget.text} ({fmt_size(b)}) is more than {where_en} can give; "
+                     f"the limit is {fmt_size(can_give)}",
+                     f"--budget {budget.text}（{fmt_size(b)}）超过了{where_zh}能提供的内存；"
+                     f"上限为 {fmt_size(can_give)}",
+                     b)
+    if can_give is None:
+        raise ProbeError(f"cannot tell how much memory {info.name} can give (its {info.source} "
+                         "reading is n/a)", hint="pass --budget SIZE, e.g. --budget 6GiB")
+    if host and info.unified:
+        return limit(can_give, "host-available",
+                     f"unified memory and no --budget: the limit is the system's available "
+                     f"memory, {fmt_size(can_give)}",
+                     f"统一内存且未指定 --budget：上限为系统可用内存 {fmt_size(can_give)}")
+    if host:
+        return limit(can_give, "host-available",
+                     f"no GPU and no --budget: the limit is the host's available memory, "
+                     f"{fmt_size(can_give)}",
+                     f"没有 GPU 且未指定 --budget：上限为主机可用内存 {fmt_size(can_give)}")
+    return limit(can_give, "device",
+                 f"no --budget: the limit is what {info.name} can give, {fmt_size(can_give)} "
+                 f"of {fmt_size(total)}",
+                 f"未指定 --budget：上限为 {info.name} 能提供的 {fmt_size(can_give)}"
+                 f"（共 {fmt_size(total)}）")
+
+
+def over_limit(used_bytes: int | None, limit: Limit) -> bool:
+    """Is a reading (``Reading.used_bytes`` or a sampler peak, same source as
+    the limit) above the limit? Such a reading counts as out of memory."""
+    return used_bytes is not None and used_bytes > limit.ceiling_bytes
