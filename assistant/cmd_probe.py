@@ -1,0 +1,94 @@
+"""``oomvet probe NAME``: run one measurement procedure on its own.
+
+The five probes of the method, each runnable alone against any world (a
+user's Ollama, ``--rig``, ``--simulate``), printing a table or, with
+``--json``, one JSON object with the facts it would post to the rules.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+
+from assistant.i18n import catalog, get_lang, set_lang, t
+from assistant.world import add_world_args, open_world, require_model
+from probes import backend, baseline, context, quant, stability
+from probes.units import fmt_size
+
+NAMES = ("baseline", "context", "quant", "backend", "stability")
+
+MSG = catalog({
+    "probe.running": {"en": "running probe {name} on {model} ({where})…",
+                      "zh": "正在对 {model} 运行探测 {name}（{where}）…"},
+    "probe.limit": {"en": "memory limit: {limit} ({note})", "zh": "内存上限：{limit}（{note}）"},
+    "probe.source": {"en": "memory source: {source} — {why}", "zh": "内存读数来源：{source} — {why}"},
+    "probe.note": {"en": "note: {text}", "zh": "说明：{text}"},
+    "probe.knob_needed": {"en": "the backend probe needs --knob and --value",
+                          "zh": "backend 探测需要 --knob 和 --value 参数"},
+})
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("probe", help="run one measurement: baseline, context, quant, backend, stability",
+                       description="Run one of the five measurement procedures on its own and print what it found.")
+    p.add_argument("name", choices=NAMES, metavar="NAME", help="one of: " + ", ".join(NAMES))
+    add_world_args(p)
+    p.add_argument("--num-ctx", type=int, default=2048, help="context length to load at (default 2048)")
+    p.add_argument("--num-batch", type=int, default=512, help="batch size (default 512)")
+    p.add_argument("--settle", type=float, default=None,
+                   help="baseline: seconds to watch memory after load (default 30; 5 with --rig)")
+    p.add_argument("--tiers", help="context: comma-separated num_ctx tiers (default: planned from the model)")
+    p.add_argument("--want-ctx", type=int, help="context: the context you need")
+    p.add_argument("--knob", choices=backend.KNOBS, help="backend: the one knob to change")
+    p.add_argument("--value", help="backend: its new value")
+    p.add_argument("--num-predict", type=int, default=stability.NUM_PREDICT, help="stability: tokens to generate")
+    p.add_argument("--allow-pull", action="store_true", help="quant: pull a missing model (never by default)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
+    p.add_argument("--lang", choices=("en", "zh"))
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    set_lang(args.lang)
+    model = require_model(args)
+    err = Console(stderr=True)
+    if args.name == "backend" and (args.knob is None or args.value is None):
+        from assistant.errors import UsageError
+        raise UsageError(t("probe.knob_needed"))
+    with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
+        if not args.json:
+            err.print(t("probe.source", source=world.selection.reader.name, why=world.selection.why))
+            err.print(t("probe.limit", limit=fmt_size(world.limit.bytes), note=world.limit.note))
+            err.print(t("probe.running", name=args.name, model=model, where=world.host))
+        result = _dispatch(args, world, model)
+        payload = {"probe": args.name, "model": model, "host": world.host, "limit": world.limit.bytes,
+                   "memory_source": world.selection.reader.name, "device": world.device_fact(),
+                   **result.to_dict()}
+    if args.json:
+        sys.stdout.write(json.dumps(payload, default=str) + "\n")
+    else:
+        out = Console()
+        out.print(result)
+        for note in result.notes:
+            out.print(t("probe.note", text=note), highlight=False)
+    return 0 if result.ok else 1
+
+
+def _dispatch(args, world, model):
+    env = world.env
+    if args.name == "baseline":
+        settle = args.settle if args.settle is not None else (5.0 if world.kind != "ollama" else 30.0)
+        return baseline.run(env, model, num_ctx=args.num_ctx, num_batch=args.num_batch, settle_s=settle)
+    if args.name == "context":
+        tiers = [int(x) for x in args.tiers.split(",")] if args.tiers else None
+        return context.run(env, model, tiers=tiers, want_ctx=args.want_ctx, num_batch=args.num_batch)
+    if args.name == "quant":
+        return quant.run(env, model, num_ctx=args.num_ctx, allow_pull=args.allow_pull)
+    if args.name == "backend":
+        value = args.value if args.knob == "kv_cache_type" else int(args.value)
+        return backend.run(env, model, args.knob, value, num_ctx=args.num_ctx, num_batch=args.num_batch)
+    config = {"model": model, "max_context_len": args.num_ctx, "max_batch_size": args.num_batch,
+              "max_concurrency": 1}
+    return stability.run(env, config, num_predict=args.num_predict)

@@ -1,0 +1,112 @@
+"""Connecting a command to the world it measures: which server, which memory
+source, which limit.
+
+Three worlds, one shape: a user's own Ollama (``--host`` or ``OLLAMA_HOST``),
+the rig's real Ollama with the NeoHorse-1 stand-ins (``--rig``, the embedded
+default of the demo), or the GPU simulator (``--simulate SCENARIO``). Every
+command opens a :class:`World` and hands its :class:`probes.base.ProbeEnv`
+to the probes, which never learn which world they are in.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from assistant.errors import UsageError
+from probes.base import ProbeEnv
+from probes.budget import Budget, Limit, parse_budget, resolve_limit
+from probes.memory.select import Selection, select_reader
+from probes.ollama_api import Ollama
+from probes.server import ForeignServer
+
+DEFAULT_HOST = "http://127.0.0.1:11434"
+
+
+def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = False) -> None:
+    """The flags every measuring command shares."""
+    parser.add_argument("--model", "-m", required=model_required, help="model tag, e.g. neohorse-1:q8_0")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--host", help="Ollama server URL (default: $OLLAMA_HOST or http://127.0.0.1:11434)")
+    where.add_argument("--rig", action="store_true",
+                       help="use oomvet's own test Ollama with the NeoHorse-1 stand-ins (built and cached on first use)")
+    where.add_argument("--simulate", metavar="SCENARIO", help="play a GPU + Ollama from a scenario file")
+    parser.add_argument("--budget", help="memory cap for the model: 6GiB, 600MiB, 7.5G or 80%% of the device")
+    parser.add_argument("--memory-source", choices=("nvml", "nvidia-smi", "rocm-smi", "host"),
+                        help="force one memory source (default: the first that works)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a probe gives up (default 900)")
+    parser.add_argument("--hz", type=float, default=20.0, help="memory readings per second while sampling (default 20)")
+
+
+def host_from(args) -> str:
+    host = getattr(args, "host", None) or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+    if "://" not in host:
+        host = f"http://{host}"
+    return host.rstrip("/")
+
+
+@dataclass
+class World:
+    env: ProbeEnv
+    selection: Selection
+    limit: Limit
+    budget: Budget | None
+    kind: str                     # "ollama" | "rig" | "simulated"
+    handles: list[Any] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        return self.env.api.host
+
+    def device_fact(self) -> dict:
+        info = self.selection.reader.info()
+        reading = self.selection.reader.read()
+        return {"kind": "device", "name": info.name, "vendor": info.vendor, "total": int(info.total_bytes or 0),
+                "used_idle": int(reading.used_bytes or 0), "unified": bool(info.unified),
+                "limit": int(self.limit.bytes), "source": info.source}
+
+
+@contextlib.contextmanager
+def open_world(args, log=None) -> Iterator[World]:
+    """Start (or reach) the server, pick the memory source, resolve the limit;
+    stop whatever was started on the way out, Ctrl-C included."""
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    with contextlib.ExitStack() as stack:
+        budget = parse_budget(args.budget) if getattr(args, "budget", None) else None
+        nvml_lib = smi_runner = None
+        server_pid = None
+        if getattr(args, "simulate", None):
+            from probes import sim
+
+            handle = stack.enter_context(sim.start(args.simulate))
+            api, control, kind = Ollama(handle.host), handle.control, "simulated"
+            nvml_lib, smi_runner = handle.nvml, handle.smi_runner
+        elif getattr(args, "rig", False):
+            from probes.rig import Rig
+
+            rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}")))
+            api, control, kind = Ollama(rig.host), rig.server, "rig"
+            server_pid = rig.server_pid
+        else:
+            api, control, kind = Ollama(host_from(args)), ForeignServer(), "ollama"
+        api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
+        selection = select_reader(getattr(args, "memory_source", None), server_pid=server_pid,
+                                  nvml_lib=nvml_lib, smi_runner=smi_runner)
+        stack.callback(selection.reader.close)
+        info = selection.reader.info()
+        # memory a model already holds on the GPU is ours to reuse when probes reload it
+        own = sum(m.size_vram_bytes for m in api.ps()) if info.vendor in ("nvidia", "amd") else None
+        limit = resolve_limit(budget, info, selection.reader.read(), own_bytes=own)
+        env = ProbeEnv(api=api, reader=selection.reader, limit_bytes=limit.bytes, device=info, control=control,
+                       hz=getattr(args, "hz", 20.0), timeout_s=getattr(args, "timeout", 900.0),
+                       on_gpu=info.vendor in ("nvidia", "amd"))
+        yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind, handles=[control])
+
+
+def require_model(args) -> str:
+    if not getattr(args, "model", None):
+        raise UsageError("which model? pass --model TAG (e.g. --model neohorse-1:q8_0)")
+    return args.model

@@ -1,0 +1,91 @@
+"""Step 2 of the method: idle, after load, after settling, at conservative settings.
+
+Same as, by hand: ``ollama stop M``; read memory (``nvidia-smi
+--query-gpu=memory.used --format=csv``); ``curl HOST/api/generate -d
+'{"model": M, "options": {"num_ctx": 2048}}'``; read again; wait; read again;
+``ollama ps``. A model that fails to load, spills layers to CPU on a GPU, or
+uses more than the limit is a weights problem; usage that creeps up while
+idle is memory not being released.
+"""
+from __future__ import annotations
+
+from probes.base import ProbeEnv, ProbeResult, restoring, sampled, timed
+
+DEFAULT_NUM_CTX = 2048
+DEFAULT_SETTLE_S = 30.0
+
+
+def drift_per_min(timeline: list[tuple[float, int]], since: float) -> float | None:
+    """Least-squares slope of usage (bytes per minute) over the settle window."""
+    points = [(t, u) for t, u in timeline if t >= since]
+    if len(points) < 3 or points[-1][0] - points[0][0] < 0.5:
+        return None
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_u = sum(u for _, u in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var == 0:
+        return 0.0
+    slope = sum((t - mean_t) * (u - mean_u) for t, u in points) / var
+    return slope * 60.0
+
+
+@timed
+def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: int = 512,
+        num_parallel: int = 1, settle_s: float = DEFAULT_SETTLE_S) -> ProbeResult:
+    """Load ``model`` without generating and watch its memory settle."""
+    import time
+
+    deadline = time.monotonic() + env.timeout_s
+    options = {"num_ctx": int(num_ctx), "num_batch": int(num_batch)}
+    result = ProbeResult("baseline", ok=False)
+    with restoring(env):
+        level = env.api.show(model).quantization  # also: a missing model fails here, before any reading
+        if env.api.loaded(model):
+            env.api.unload(model)
+        with sampled(env, f"baseline {model} num_ctx={num_ctx}") as step:
+            step.mark("load")
+            gen = env.api.load(model, options)
+            env.check(deadline)
+            after = step.now()
+            loaded = env.api.loaded(model) if gen.ok else None
+            settle_from = step.elapsed()
+            step.mark("settle")
+            if gen.ok:
+                env.sleep(settle_s, deadline)
+            settled = step.now()
+        summary_timeline = step.sampler.timeline
+        drift = drift_per_min([(t, u - step.idle_bytes) for t, u in summary_timeline], settle_from) if gen.ok else None
+        over = step.over_limit()
+        placement = loaded.placement if loaded else None
+        spilled = env.on_gpu and placement in ("partial", "cpu")
+        ok = gen.ok and not over and not spilled
+        error = gen.error
+        if over and not error:
+            error = step.over_limit_text()
+        result.ok = ok
+        result.error = error
+        result.charts.append(step.chart())
+        result.facts.append({
+            "kind": "load", "model": model, "options": dict(options, num_parallel=num_parallel), "level": level,
+            "ok": ok, "error": error,
+            "size": loaded.size_bytes if loaded else None,
+            "size_vram": loaded.size_vram_bytes if loaded else None,
+            "used_idle": step.idle_bytes,
+            "used_after": after if gen.ok else None,
+            "used_settled": settled if gen.ok else None,
+            "drift_per_min": drift,
+            "placement": placement,
+            "over_limit": over,
+            "oom": over or gen.oom,
+        })
+        result.rows.append({
+            "model": model, "num_ctx": num_ctx, "loaded": gen.ok, "where": placement,
+            "idle": step.idle_bytes, "after load": after if gen.ok else None,
+            "settled": settled if gen.ok else None, "peak": step.peak,
+            "drift/min": drift, "ollama size (estimate)": loaded.size_bytes if loaded else None,
+            "limit": env.limit_bytes,
+        })
+        if loaded and placement != "gpu" and env.on_gpu:
+            result.notes.append(f"{model} runs {placement}: Ollama put only part of it on the GPU")
+    return result

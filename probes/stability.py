@@ -1,0 +1,115 @@
+"""Step 6 of the method: the fixed task, run after every change.
+
+One shipped task (long paragraphs, a table, JSON and code, English and
+Chinese) at fixed ``num_predict``, seed and temperature 0, on the config
+under test. It records what separates a memory problem from everything else:
+tokens generated, ``done_reason``, HTTP status, error lines, duration. Against
+the previous run, shorter output, a cut prompt, looping text or a new error
+is a regression, and the change that caused it is reverted. By hand:
+``ollama run M < task.md`` with ``/set parameter num_predict 256``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from probes import coherence
+from probes.base import ProbeEnv, ProbeResult, restoring, sampled, timed
+from probes.texts import stability_task
+
+NUM_PREDICT = 256
+SEED = 42
+SHORTER_FRACTION = 0.8   # fewer than 80% of the previous run's tokens = shorter output
+
+
+def options_for(config: dict, num_predict: int = NUM_PREDICT) -> dict:
+    options = {"num_predict": num_predict, "seed": SEED, "temperature": 0}
+    if config.get("max_context_len"):
+        options["num_ctx"] = int(config["max_context_len"])
+    if config.get("max_batch_size"):
+        options["num_batch"] = int(config["max_batch_size"])
+    return options
+
+
+def compare(current: dict, previous: dict | None) -> list[str]:
+    """Why ``current`` (a stability fact) is worse than ``previous``; empty = not worse."""
+    if not previous:
+        return []
+    why = []
+    if previous.get("ok") and not current.get("ok"):
+        why.append("the run failed where the previous one passed")
+    prev_n, cur_n = previous.get("eval_count") or 0, current.get("eval_count") or 0
+    if prev_n and cur_n < prev_n * SHORTER_FRACTION:
+        why.append(f"shorter output: {cur_n} tokens, previous run {prev_n}")
+    if current.get("truncated") and not previous.get("truncated"):
+        why.append("the prompt was truncated at num_ctx")
+    if current.get("repeated") and not previous.get("repeated"):
+        why.append("the output loops")
+    new_errors = set(current.get("errors") or []) - set(previous.get("errors") or [])
+    if new_errors:
+        why.append("new errors: " + "; ".join(sorted(new_errors))[:200])
+    return why
+
+
+@timed
+def run(env: ProbeEnv, config: dict, previous: dict | None = None, num_predict: int = NUM_PREDICT,
+        prompt_tokens: int | None = None) -> ProbeResult:
+    """Run the fixed task on ``config`` (the method's vocabulary: model,
+    max_context_len, max_batch_size, max_concurrency, ...)."""
+    deadline = time.monotonic() + env.timeout_s
+    model = config["model"]
+    task = stability_task()
+    options = options_for(config, num_predict)
+    parallel = max(1, int(config.get("max_concurrency") or 1))
+    result = ProbeResult("stability", ok=False)
+    with restoring(env):
+        if prompt_tokens is None:
+            # the task's own token count, measured with room to spare, so a cut prompt is visible
+            probe_gen = env.api.generate(model, f"[{uuid.uuid4().hex[:6]}]\n" + task,
+                                         {"num_ctx": 8192, "num_predict": 1, "temperature": 0})
+            prompt_tokens = probe_gen.prompt_eval_count if probe_gen.ok else None
+            env.api.unload(model)
+        env.check(deadline)
+        with sampled(env, f"stability {model} num_ctx={options.get('num_ctx')} x{parallel}") as step:
+            step.mark("request")
+            gens = _run_parallel(env, model, task, options, parallel)
+            step.mark("done")
+        main = gens[0]
+        errors = sorted({g.error for g in gens if g.error})
+        over = step.over_limit()
+        if over:
+            errors.append(step.over_limit_text())
+        truncated = bool(prompt_tokens and main.prompt_eval_count and
+                         main.prompt_eval_count < prompt_tokens * 0.98)
+        repeated = coherence.repeat_share(main.text) > coherence.REPEAT_NGRAM_LIMIT
+        ok = all(g.ok for g in gens) and not over
+        fact = {"kind": "stability", "config": dict(config), "eval_count": main.eval_count,
+                "done_reason": main.done_reason, "ok": ok, "truncated": truncated, "repeated": repeated,
+                "errors": errors, "peak": step.peak}
+        why = compare(fact, previous)
+        fact["regression"] = bool(why)
+        result.ok = ok and not why
+        result.error = "; ".join(why or errors) or None
+        result.facts.append(fact)
+        result.charts.append(step.chart())
+        result.rows.append({"model": model, "num_ctx": options.get("num_ctx"), "parallel": parallel,
+                            "tokens": main.eval_count, "done": main.done_reason, "status": main.status,
+                            "prompt tokens": main.prompt_eval_count, "of": prompt_tokens,
+                            "seconds": main.duration_s, "peak": step.peak, "errors": len(errors),
+                            "regression": bool(why)})
+        result.notes.extend(why)
+    return result
+
+
+def _run_parallel(env: ProbeEnv, model: str, task: str, options: dict, n: int):
+    if n == 1:
+        return [env.api.generate(model, task, options)]
+    out = [None] * n
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, env.api.generate(model, task, options)))
+               for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return out

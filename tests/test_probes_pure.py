@@ -1,0 +1,109 @@
+"""The pure parts of the probes: tier planning, coherence, drift, regressions."""
+from __future__ import annotations
+
+import pytest
+
+from probes import coherence
+from probes.baseline import drift_per_min
+from probes.context import plan_tiers
+from probes.ollama_api import is_oom_text
+from probes.stability import compare, options_for
+from probes.texts import TokenCost, coherence_task, fill_prompt, stability_task
+
+
+@pytest.mark.parametrize("context_length,want,tiers", [
+    (8192, None, [2048, 4096, 8192]),            # the rig's model: capped at its trained context
+    (131072, None, [2048, 8192, 32768]),
+    (131072, 16384, [2048, 8192, 16384]),
+    (32768, 1024, [256, 512, 1024]),              # a small wish: still three tiers, below it
+    (4096, None, [1024, 2048, 4096]),
+    (8192, 32768, [2048, 4096, 8192, 32768]),     # above the trained context: kept last, Ollama clamps it
+    (None, 65536, [2048, 8192, 32768, 65536]),
+])
+def test_context_tiers_step_up_to_the_wanted_context(context_length, want, tiers):
+    assert plan_tiers(context_length, want) == tiers
+
+
+def test_fill_prompt_token_cost_is_linear_in_units():
+    cost = TokenCost(fixed=40, per_unit=70)
+    assert cost.tokens(10) == 740
+    assert cost.units_for(740) == 10
+    assert cost.units_for(10) == 1
+    assert fill_prompt(2, "abc").startswith("Session abc.")
+    assert fill_prompt(3, "x").count("Record ") == 3
+
+
+def test_shipped_texts_have_the_structures_the_method_names():
+    task = stability_task()
+    assert "| item |" in task and "```json" in task and "```python" in task and "中文" in task
+    assert "`systemctl stop worker@3`" in coherence_task()
+
+
+GOOD = ("1. Stop the worker with `systemctl stop worker@3`.\n2. Wait 15 seconds and check port 8080 is free.\n"
+        "3. Clear the cache folder (about 250 MB) and start the worker.\n"
+        "4. If it takes longer than 90 seconds, call extension 4417.")
+
+
+def test_a_faithful_answer_is_coherent():
+    verdict = coherence.check(GOOD, coherence_task(), done_reason="stop")
+    assert verdict.coherent, verdict.issues
+
+
+def test_a_looping_answer_is_flagged_as_repetition():
+    loop = "Stop the worker and wait. " * 30
+    verdict = coherence.check(loop, coherence_task(), done_reason="length")
+    assert not verdict.coherent
+    assert any(i.startswith("repetition") for i in verdict.issues)
+
+
+def test_rewritten_numbers_and_code_are_flagged():
+    bad = GOOD.replace("15", "50").replace("8080", "8000").replace("4417", "4471").replace("worker@3", "worker@8")
+    verdict = coherence.check(bad, coherence_task(), done_reason="stop")
+    assert any("numbers" in i for i in verdict.issues)
+    assert any("code span" in i for i in verdict.issues)
+
+
+def test_garbled_and_unfinished_answers_are_flagged():
+    garbled = "Stop ▒▒▒ the ◆◆◆ worker ▓▓▓ 15 8080 250 90 4417 ▒▒▒▒▒▒ `systemctl stop worker@3`"
+    assert any("garbled" in i for i in coherence.check(garbled, coherence_task()).issues)
+    unfinished = GOOD + "\n5. Then the"
+    assert any("unfinished" in i for i in coherence.check(unfinished, coherence_task(), done_reason="stop").issues)
+    assert coherence.check("", coherence_task()).issues == ("empty answer",)
+
+
+def test_drift_is_the_slope_over_the_settle_window_in_bytes_per_minute():
+    timeline = [(t / 10, 1000 + int(t / 10 * 600)) for t in range(0, 50)]  # +600 B/s
+    assert drift_per_min(timeline, since=1.0) == pytest.approx(36000, rel=0.02)
+    flat = [(t / 10, 5000) for t in range(50)]
+    assert drift_per_min(flat, since=0.0) == 0.0
+    assert drift_per_min(flat[:2], since=0.0) is None
+
+
+def test_stability_regressions_against_the_previous_run():
+    prev = {"ok": True, "eval_count": 200, "truncated": False, "repeated": False, "errors": []}
+    assert compare(dict(prev), prev) == []
+    assert compare(dict(prev), None) == []
+    shorter = compare(dict(prev, eval_count=40), prev)
+    assert shorter and shorter[0].startswith("shorter output")
+    assert compare(dict(prev, truncated=True), prev) == ["the prompt was truncated at num_ctx"]
+    assert compare(dict(prev, repeated=True), prev) == ["the output loops"]
+    assert compare(dict(prev, ok=False, errors=["boom"]), prev)[0] == "the run failed where the previous one passed"
+
+
+def test_stability_options_come_from_the_config():
+    opts = options_for({"model": "m", "max_context_len": 4096, "max_batch_size": 256})
+    assert opts == {"num_predict": 256, "seed": 42, "temperature": 0, "num_ctx": 4096, "num_batch": 256}
+
+
+@pytest.mark.parametrize("text,oom", [
+    ("llama runner process has terminated: cudaMalloc failed: out of memory", True),
+    ("model requires more system memory (12.3 GiB) than is available (8.0 GiB)", True),
+    ("llama runner process has terminated: error loading model: unable to allocate CUDA0 buffer", True),
+    ("model runner has unexpectedly stopped, this may be due to resource limitations or an internal error, "
+     "check ollama server logs for details", True),
+    ("model 'x' not found", False),
+    ("llama runner process has terminated: GGML_ASSERT(n_dims == 2) failed", False),
+    (None, False),
+])
+def test_oom_texts_from_ollama_and_cuda_are_recognised(text, oom):
+    assert is_oom_text(text) is oom
