@@ -1,0 +1,74 @@
+"""``oomvet diagnose``: the whole method, unattended.
+
+Answers come from ``--answers FILE`` (or are left unknown); every probe runs
+without asking. Prints progress on stderr and, with ``--json``, one JSON
+object on stdout. Exit codes: 0 verified config, 1 no config fits, 2 bad
+usage or input, 3 server unreachable.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+from assistant.answers import load_answers
+from assistant.deliver import deliver
+from assistant.i18n import catalog, set_lang, t
+from assistant.intake import parse as parse_intake
+from assistant.session import Session
+from assistant.ui import AutoUI
+from assistant.world import add_world_args, open_world
+
+MSG = catalog({
+    "diagnose.wrote": {"en": "wrote {n} files to {out}: {names}", "zh": "已写入 {n} 个文件到 {out}：{names}"},
+    "diagnose.model": {"en": "which model? pass --model TAG, or model: in the answers file",
+                       "zh": "请指定模型：使用 --model TAG，或在答案文件中写 model:"},
+})
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("diagnose", help="run the whole method unattended and write a verified config",
+                       description="Run the whole method with no terminal input: baseline, context tiers, "
+                                   "quantization, backend knobs, stability retests; write the config and report.")
+    add_world_args(p)
+    p.add_argument("--auto", action="store_true", default=True,
+                   help="no questions, no consent prompts (always on for diagnose)")
+    p.add_argument("--answers", metavar="FILE", help="YAML answers: symptom, want_ctx, want_parallel, "
+                                                     "keep_context, budget, lang")
+    p.add_argument("--out", default="oomvet-out", help="folder for oomvet.yaml, Modelfile, report (default oomvet-out)")
+    p.add_argument("--settle", type=float, default=None, help="seconds to watch memory after load (default 30; 5 on the rig)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
+    p.add_argument("--lang", choices=("en", "zh"))
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    answers = load_answers(args.answers)
+    lang = set_lang(args.lang or answers.get("lang"))
+    if not args.budget and answers.get("budget") is not None:
+        args.budget = str(answers["budget"])
+    model = args.model or answers.get("model")
+    if not model:
+        from assistant.errors import UsageError
+        raise UsageError(t("diagnose.model"))
+    err = Console(stderr=True)
+    ui = AutoUI(answers, console=err, quiet=False)
+    intake = parse_intake(answers.get("symptom") or "")
+    with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
+        settle = args.settle if args.settle is not None else (5.0 if world.kind != "ollama" else 30.0)
+        session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle,
+                          answers=answers)
+        if answers.get("symptom"):
+            session.transcript.append({"role": "user", "content": answers["symptom"]})
+        outcome = session.run()
+    doc, paths = deliver(args.out, outcome.result)
+    err.print(t("diagnose.wrote", n=len(paths), out=args.out, names=", ".join(p.name for p in paths)),
+              highlight=False, markup=False)
+    if args.json:
+        payload = {"diagnosis": outcome.result["diagnosis"], "config": outcome.result["config"],
+                   "verified": outcome.result["verified"], "fits": outcome.result["fits"],
+                   "steps": outcome.result["steps"], "out": str(args.out),
+                   "files": [str(p) for p in paths]}
+        sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False) + "\n")
+    return outcome.exit_code

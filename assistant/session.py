@@ -1,0 +1,264 @@
+"""The loop between the knowledge base and the world.
+
+A :class:`Session` posts what the user said (intake) and what the device is
+to the rules, then does whatever one next step the rules ask for: ask a
+question, run a probe, try a change (a stability retest of a candidate
+config), or finish. The rules decide; this module only carries facts back
+and forth and keeps the record (steps, charts, why-chain) that the config and
+report writers need. The same loop serves the chat (a person answers) and
+``diagnose`` (an answers file, or defaults, answer).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Protocol
+
+from assistant import __version__
+from assistant.errors import EXIT_NO_FIT, EXIT_OK
+from assistant import ui as _ui  # noqa: F401  (registers the diagnosis sentences)
+from assistant.i18n import t
+from assistant.intake import Intake
+from probes import backend, baseline, context, quant, stability
+from probes.base import Cancelled, ProbeResult
+from probes.units import fmt_size
+from rules.engine import Advisor
+
+MAX_STEPS = 60  # a guard against a rules bug looping forever
+
+
+class UI(Protocol):
+    """What the session needs from whoever is on the other side."""
+
+    def ask(self, question: str, reason: str) -> Any:
+        """Return the answer (None = don't know / skip)."""
+
+    def consent(self, step: dict) -> bool:
+        """May we run this probe / try this change?"""
+
+    def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
+        """Run ``work`` (showing progress); may raise Cancelled."""
+
+    def show(self, event: str, **data) -> None:
+        """Tell the user what happened (a probe result, a diagnosis...)."""
+
+
+@dataclass
+class Outcome:
+    result: dict
+    exit_code: int
+
+
+@dataclass
+class Session:
+    world: Any                       # assistant.world.World
+    ui: UI
+    intake: Intake
+    model: str | None = None
+    lang: str = "en"
+    settle_s: float = 30.0
+    answers: dict = field(default_factory=dict)
+    transcript: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    charts: list = field(default_factory=list)
+    probe_results: list = field(default_factory=list)
+    last_stability: dict | None = None
+
+    def run(self) -> Outcome:
+        advisor = Advisor()
+        if hasattr(self.ui, "bind"):
+            self.ui.bind(self, advisor)
+        try:
+            return self._loop(advisor)
+        finally:
+            advisor.close()
+
+    # -- the loop ------------------------------------------------------------
+    def _initial_facts(self) -> list[dict]:
+        facts = []
+        for fact in self.intake.facts():
+            if fact["kind"] == "target":
+                fact = dict(fact)
+                fact["model"] = self.model or fact.get("model")
+                if self.answers.get("want_ctx") is not None and fact.get("want_ctx") is None:
+                    fact["want_ctx"] = int(self.answers["want_ctx"])
+                if self.answers.get("want_parallel") is not None and fact.get("want_parallel") is None:
+                    fact["want_parallel"] = int(self.answers["want_parallel"])
+                if self.answers.get("keep_context") is not None and fact.get("keep_context") is None:
+                    fact["keep_context"] = bool(self.answers["keep_context"])
+                fact["budget"] = self.world.limit.bytes if self.world.budget else fact.get("budget")
+            facts.append(fact)
+        facts.append(self.world.device_fact())
+        return facts
+
+    def _loop(self, advisor: Advisor) -> Outcome:
+        step = advisor.post_many(self._initial_facts())
+        for _ in range(MAX_STEPS):
+            if step is None:
+                raise RuntimeError("the rules gave no next step")
+            action = step["action"]
+            if action == "done":
+                return self._finish(advisor, step)
+            if action == "ask":
+                reason = step.get("reason_zh") if self.lang == "zh" else step.get("reason")
+                value = self.ui.ask(step["question"], reason or step.get("reason") or "")
+                if step["question"] == "model" and value:
+                    self.model = str(value)
+                self._record(step, summary=f"asked {step['question']}: {value!r}")
+                step = advisor.post({"kind": "answer", "question": step["question"], "value": value})
+            elif action == "probe":
+                step = self._probe(advisor, step)
+            elif action == "change":
+                step = self._change(advisor, step)
+            else:
+                raise RuntimeError(f"unknown next action {action!r}")
+        raise RuntimeError(f"no conclusion after {MAX_STEPS} steps")
+
+    def _probe(self, advisor: Advisor, step: dict) -> dict:
+        if not self.ui.consent(step):
+            self._record(step, summary="skipped by the user", ok=None)
+            return advisor.post({"kind": "probe_done", "probe": step["probe"], "ok": False,
+                                 "error": "skipped by the user"})
+        name, args = step["probe"], dict(step.get("args") or {})
+        env = self.world.env
+        work = self._probe_work(name, args, env)
+        result = self._run(f"{name}", work, env)
+        if result is None:  # cancelled: the server was restored; tell the rules it did not run
+            self._record(step, summary="stopped by the user", ok=None)
+            return advisor.post({"kind": "probe_done", "probe": name, "ok": False, "error": "stopped by the user"})
+        return self._post_result(advisor, step, name, result)
+
+    def _change(self, advisor: Advisor, step: dict) -> dict:
+        if not self.ui.consent(step):
+            self._record(step, summary="refused by the user", ok=None)
+            return advisor.post({"kind": "answer", "question": "refuse", "value": step.get("remedy") or step["knob"]})
+        config = step["config"]
+        env = self.world.env
+        previous = self.last_stability
+        result = self._run("stability", lambda: stability.run(env, config, previous=previous), env)
+        if result is None:
+            self._record(step, summary="stopped by the user", ok=None)
+            return advisor.post({"kind": "probe_done", "probe": "stability", "ok": False,
+                                 "error": "stopped by the user"})
+        return self._post_result(advisor, step, "stability", result)
+
+    def _probe_work(self, name: str, args: dict, env) -> Callable[[], ProbeResult]:
+        model = args.get("model") or self.model
+        if name == "baseline":
+            return lambda: baseline.run(env, model, num_ctx=args.get("num_ctx", baseline.DEFAULT_NUM_CTX),
+                                        num_batch=args.get("num_batch", 512),
+                                        num_parallel=args.get("num_parallel", 1), settle_s=self.settle_s)
+        if name == "context":
+            return lambda: context.run(env, model, tiers=args.get("tiers"), want_ctx=args.get("want_ctx"),
+                                       num_parallel=args.get("num_parallel", 1))
+        if name == "quant":
+            return lambda: quant.run(env, model, num_ctx=args.get("num_ctx", 2048))
+        if name == "backend":
+            return lambda: backend.run(env, model, args["knob"], args["value"], num_ctx=args.get("num_ctx", 2048),
+                                       old=args.get("old"))
+        if name == "stability":
+            previous = self.last_stability
+            return lambda: stability.run(env, args["config"], previous=previous)
+        raise RuntimeError(f"the rules asked for an unknown probe {name!r}")
+
+    def _run(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult | None:
+        try:
+            return self.ui.run_probe(label, work, env)
+        except Cancelled:
+            return None
+
+    def _post_result(self, advisor: Advisor, step: dict, name: str, result: ProbeResult) -> dict:
+        self.probe_results.append(result)
+        self.charts.extend(c.to_dict() for c in result.charts)
+        for fact in result.facts:
+            if fact["kind"] == "stability":
+                self.last_stability = fact
+        self._record(step, summary=_summary(result), ok=result.ok, peak=_peak(result), wall_s=result.wall_s,
+                     notes=list(result.notes))
+        self.ui.show("probe_result", result=result, step=step)
+        next_step = advisor.post_many([*result.facts, {"kind": "probe_done", "probe": name, "ok": result.ok,
+                                                       "error": result.error}])
+        return next_step
+
+    def _record(self, step: dict, **extra) -> None:
+        entry = {"n": len(self.steps) + 1, "action": step["action"]}
+        for key in ("probe", "question", "knob", "from", "to", "remedy"):
+            if key in step:
+                entry[key] = step[key]
+        entry.update({k: v for k, v in extra.items() if v is not None or k == "ok"})
+        self.steps.append(entry)
+
+    # -- the end -------------------------------------------------------------
+    def _finish(self, advisor: Advisor, step: dict) -> Outcome:
+        found = advisor.diagnosis or {}
+        cause = found.get("cause") if found.get("cause") not in (None, "none") else step.get("cause")
+        diagnosis = {"cause": cause, "summary": t(f"ui.cause.{cause}", self.lang)}
+        config = step.get("config")
+        verified = bool(step.get("verified"))
+        fits = bool(step.get("fits", config is not None))
+        if step.get("advice"):
+            # the rules give what to do instead in both languages; the key stays for scripts
+            diagnosis["advice"] = step.get(f"advice_{self.lang}") or step.get("advice_en") or step["advice"]
+        facts = advisor.facts()
+        result = {
+            "tool": f"oomvet {__version__}",
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "host": self.world.host,
+            "world": self.world.kind,
+            "model": self.model,
+            "config": config,
+            "verified": verified,
+            "fits": fits,
+            "diagnosis": diagnosis,
+            "server_env": _server_env(config),
+            "steps": self.steps,
+            "evidence": self._evidence(facts),
+            "facts": facts,
+            "why": advisor.why(),
+            "probes": self.charts,
+            "transcript": list(self.transcript),
+            "lang": self.lang,
+        }
+        self.ui.show("done", result=result)
+        return Outcome(result, EXIT_OK if (verified and fits and config) else EXIT_NO_FIT)
+
+    def _evidence(self, facts: list[dict]) -> dict:
+        device = next((f for f in facts if f["kind"] == "device"), {})
+        loads = [f for f in facts if f["kind"] == "load"]
+        readings = {}
+        if loads:
+            first = loads[0]
+            readings = {"idle": first.get("used_idle"), "after_load": first.get("used_after"),
+                        "settled": first.get("used_settled")}
+        peaks = [c["peak"] for c in self.charts if c.get("peak") is not None]
+        if peaks:
+            readings["peak"] = max(peaks)
+        return {"device": {k: device.get(k) for k in ("name", "vendor", "total", "source", "unified")},
+                "limit": self.world.limit.bytes, "limit_note": self.world.limit.note,
+                "readings": readings, "stability": self.last_stability}
+
+
+def _server_env(config: dict | None) -> dict[str, str]:
+    if not config:
+        return {}
+    kv = config.get("kv_cache") or "f16"
+    return {"OLLAMA_NUM_PARALLEL": str(config.get("max_concurrency") or 1),
+            "OLLAMA_FLASH_ATTENTION": "1" if kv != "f16" else "0",
+            "OLLAMA_KV_CACHE_TYPE": kv}
+
+
+def _peak(result: ProbeResult) -> int | None:
+    peaks = [c.peak_bytes for c in result.charts if c.peak_bytes is not None]
+    return max(peaks) if peaks else None
+
+
+def _summary(result: ProbeResult) -> str:
+    peak = _peak(result)
+    text = f"{result.name}: {'ok' if result.ok else 'failed'}"
+    if peak is not None:
+        text += f", peak {fmt_size(peak)}"
+    if result.error:
+        text += f" — {result.error}"
+    return text

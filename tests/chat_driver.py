@@ -1,0 +1,23 @@
+"""Driving the chat as a person would: lines in from a stream, the screen
+captured from a rich console writing to a string."""
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from assistant import cmd_chat
+from assistant.cli import build_parser
+from assistant.i18n import set_lang
+
+
+def run_chat(argv: list[str], lines: list[str], width: int = 110) -> tuple[int, str]:
+    set_lang(None)
+    console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
+    stream = io.StringIO("".join(f"{line}\n" for line in lines))
+    args = build_parser().parse_args(["chat", *argv])
+    try:
+        rc = cmd_chat.run(args, console=console, stream=stream)
+    finally:
+        set_lang(None)
+    return rc, console.file.getvalue()

@@ -1,0 +1,69 @@
+"""Scripted chat sessions against the GPU simulator: the conversation, the
+commands and both languages, with the simulator standing in for a GPU."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from tests.chat_driver import run_chat
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+def test_zh_session_on_a_long_context_problem_ends_with_a_verified_config(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
+        ["4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
+         "/why", "/status", "", "", "否", "", "", "", "", ""])
+    assert rc == 0, screen
+    assert "我理解到：长输入时失败，模型 neohorse-1:q4_K_M，上下文 32768" in screen
+    assert "诊断：KV 缓存随上下文增长，超出了内存上限。" in screen
+    assert "已通过稳定性复测验证" in screen
+    assert "原因 — 每一步背后的事实与规则" in screen  # /why answered in Chinese
+    assert re.search("原因：[\u4e00-\u9fff]", screen), "the rules' reason for a question is shown in Chinese"
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
+    assert doc["diagnosis"]["cause"] == "kv_cache" and doc["verified"] is True
+    assert 2048 <= doc["max_context_len"] < 32768
+    assert "\nFROM neohorse-1:q4_K_M\n" in (tmp_path / "Modelfile").read_text()
+
+
+def test_en_session_on_weights_that_spill_ends_with_a_lower_bit_tag(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "weights.yaml"), "--out", str(tmp_path), "--settle", "0.2", "--auto"],
+        ["neohorse-1:f16 is painfully slow, ollama ps shows it only partly on the GPU. 8k context is plenty.",
+         "", "", "", "", "", "", "", ""])
+    assert rc == 0, screen
+    assert "Diagnosis: the model's weights do not fit in the limit." in screen
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
+    assert doc["diagnosis"]["cause"] == "weights"
+    assert doc["quant_type"] != "F16" and doc["verified"] is True
+
+
+def test_declining_a_probe_is_respected_and_nothing_is_measured(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path)],
+        ["neohorse-1:q4_K_M crashes with long prompts", "/skip", "n"])
+    assert "skipped." in screen
+    assert "probe baseline" not in screen  # no result table: it never ran
+    assert rc == 1 and "No config fits within the limit" in screen
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
+    assert doc["verified"] is False
+
+
+def test_quit_at_a_question_leaves_nothing_written(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path / "out")],
+        ["neohorse-1:q4_K_M crashes with long prompts", "/quit"])
+    assert "Bye — nothing was changed on your server." in screen
+    assert not (tmp_path / "out").exists()
+
+
+def test_lang_command_switches_the_conversation_language(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path)],
+        ["neohorse-1:q4_K_M crashes with long prompts", "/lang zh", "/quit"])
+    assert "Language: English." not in screen
+    assert "语言：中文。" in screen
+    assert "再见" in screen
