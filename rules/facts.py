@@ -16,6 +16,10 @@ CAUSES = ("weights", "kv_cache", "not_released", "concurrency", "not_memory")
 ACTIONS = ("ask", "probe", "change", "done")
 PROBES = ("baseline", "context", "quant", "backend", "stability")
 TIERS = ("short", "medium", "long", "longer", "longest")
+REMEDIES = ("context", "quant", "backend")
+# where Ollama put the model (/api/ps size_vram vs size); "partial"/"cpu" on a
+# GPU is a memory shortage even without an error
+PLACEMENTS = ("gpu", "partial", "cpu", None)
 
 _NUM = (int, float)
 _OPT = object()  # marker: optional field
@@ -77,6 +81,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "placement": _f(str, _NONE, required=False, choices=("gpu", "partial", "cpu", None)),
         "over_limit": _f(bool, required=False),
         "oom": _f(bool, required=False),
+        # quantization level of the loaded tag (/api/ps details.quantization_level,
+        # e.g. "Q8_0"); the config's quant_type comes from here, never a guess
+        "level": _f(str, _NONE, required=False),
     },
     "tier": {
         "name": _f(str),
@@ -90,6 +97,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "model": _f(str, required=False),
         "oom": _f(bool, required=False),
         "sent_tokens": _f(int, _NONE, required=False),
+        "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
     },
     "quant_trial": {
         "tag": _f(str),
@@ -101,6 +109,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "bits": _f(*_NUM, _NONE, required=False),
         "peak": _f(int, _NONE, required=False),
         "num_ctx": _f(int, _NONE, required=False),
+        "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
     },
     "knob_trial": {
         "knob": _f(str, choices=("num_batch", "num_parallel", "kv_cache_type", "kv_cache_off")),
@@ -110,6 +119,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "ok": _f(bool),
         "error": _f(str, _NONE, required=False),
         "applied": _f(bool, required=False),  # False: a server knob we could not change
+        "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
     },
     "stability": {
         "config": _f(dict),
@@ -125,6 +135,20 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "answer": {  # a user's reply to an `ask`
         "question": _f(str),
         "value": _f(str, int, float, bool, _NONE),
+    },
+    # posted by the session after a probe has posted all its facts, so the rules
+    # know the probe finished (a context probe may post 1..n tiers, a quant
+    # probe 0..n trials); `ok: false` + `error` when the probe itself broke
+    "probe_done": {
+        "probe": _f(str, choices=PROBES),
+        "ok": _f(bool),
+        "error": _f(str, _NONE, required=False),
+    },
+    # the user will not take a recommended remedy; the rules move to the next
+    # one (an `answer` to `keep_context` with True refuses "context" the same way)
+    "refusal": {
+        "remedy": _f(str, choices=REMEDIES),
+        "text": _f(str, _NONE, required=False),
     },
     "diagnosis": {
         "cause": _f(str, choices=CAUSES),

@@ -1,0 +1,185 @@
+"""The session's door to the knowledge base: one :class:`Advisor` per session.
+
+This is the only module that imports durable_rules (through
+:func:`load_durable`), so a Python where it cannot load (3.13+) fails here,
+once, with :class:`RulesUnavailable`. An Advisor owns one session id in the one
+module-level ruleset (:mod:`rules.kb`, defined at import): it validates each
+fact against :mod:`rules.facts`, hands it to the engine, lets the rules decide,
+and reads back the next step, the diagnosis and the why chain. Exceptions in
+rule actions are never swallowed: durable_rules parks them in the session
+state, and the Advisor raises them as :class:`RulesError` after every post.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import sys
+import uuid
+from typing import Any, Callable, Iterable, Mapping
+
+from rules import steps, thresholds
+from rules.facts import FactError, validate
+
+RULESET = "oomvet_tree"
+
+#: kinds only the rules produce; a caller posting them is a bug in the caller
+_RULES_ONLY = ("diagnosis", "next")
+#: interpretation rules re-post a decision request; a tree that does not settle
+#: within this many rounds has a loop in it
+_MAX_ROUNDS = 25
+
+
+class RulesUnavailable(ImportError):
+    """durable_rules cannot be imported on this Python; the CLI prints the one
+    line and exits non-zero."""
+
+
+class RulesError(RuntimeError):
+    """A rule action raised, or the engine refused a message: a defect in the
+    knowledge base (or a closed Advisor), never a user's input."""
+
+
+def load_durable(import_module: Callable[[str], Any] = importlib.import_module):
+    """``durable.lang``, or :class:`RulesUnavailable` with one clear line."""
+    try:
+        return import_module("durable.lang")
+    except ImportError as exc:
+        v = sys.version_info
+        raise RulesUnavailable(
+            f"durable_rules cannot be imported on Python {v.major}.{v.minor}; "
+            f"oomvet needs Python 3.11 or 3.12: {exc}") from exc
+
+
+def _kb():
+    # imported on first use: importing rules.engine must work even where
+    # durable_rules does not, so the CLI can catch RulesUnavailable
+    return importlib.import_module("rules.kb")
+
+
+class Advisor:
+    """One diagnosis session: post facts, read the next step.
+
+    >>> adv = Advisor()
+    >>> adv.post({"kind": "symptom", "phase": "load", "text": "OOM at load"})["action"]
+    'ask'
+    """
+
+    def __init__(self, max_steps: int | None = None) -> None:
+        """``max_steps``: steps after which the session stops with what it has
+        (default :data:`rules.thresholds.MAX_STEPS`)."""
+        self._lang = _kb().lang
+        self.sid = uuid.uuid4().hex
+        self._facts: list[dict] = []
+        self._seq = 0
+        self._ticks = 0
+        self._closed = False
+        self._lang.update_state(RULESET, steps.initial_state(self.sid, max_steps or thresholds.MAX_STEPS))
+        self._send({"kind": "_open", "sid": self.sid})
+
+    # --- posting --------------------------------------------------------------
+
+    def post(self, fact: Mapping[str, Any]) -> dict | None:
+        """Validate ``fact``, assert it into this session, return the next step."""
+        return self.post_many([fact])
+
+    def post_many(self, facts: Iterable[Mapping[str, Any]]) -> dict | None:
+        """Post several facts, then let the rules decide once. The batch is
+        validated first and refused whole if one fact does not fit the contract."""
+        self._open()
+        checked = [self._checked(f) for f in facts]
+        for fact in checked:
+            self._seq += 1
+            fact["_seq"] = self._seq
+            self._facts.append(fact)
+            self._send(steps.to_event(fact, self.sid))
+        self._decide()
+        return self.next
+
+    def _checked(self, fact: Mapping[str, Any]) -> dict:
+        if isinstance(fact, Mapping) and fact.get("kind") in _RULES_ONLY:
+            raise FactError(f"{fact['kind']} facts are made by the rules, not posted to them")
+        checked = copy.deepcopy(validate(fact))  # the record must not change when the caller's dicts do
+        try:
+            json.dumps(checked)
+        except (TypeError, ValueError) as exc:
+            raise FactError(f"{checked['kind']} fact is not plain data: {exc}") from exc
+        return checked
+
+    def _decide(self) -> None:
+        for _ in range(_MAX_ROUNDS):
+            self._ticks += 1
+            self._send({"kind": "_decide", "sid": self.sid, "_tick": self._ticks})
+            if not self._state.get("again"):
+                return
+        raise RulesError(f"the rules did not settle after {_MAX_ROUNDS} rounds (stage {self._state.get('stage')!r})")
+
+    def _send(self, event: dict) -> None:
+        try:
+            self._lang.post(RULESET, event)
+        except Exception as exc:  # the engine's own refusals carry no useful type
+            raise RulesError(f"the rules engine refused a {event.get('kind')} message: "
+                             f"{getattr(exc, 'message', exc)}") from exc
+        self._state = self._read_state()
+        failure = self._state.pop("exception", None)
+        if failure is not None:
+            # clear it, so the next post does not report the same failure again
+            self._lang.update_state(RULESET, self._state)
+            raise RulesError(f"a rule action failed on a {event.get('kind')} message: {failure}")
+
+    def _read_state(self) -> dict:
+        return self._lang.get_state(RULESET, self.sid)
+
+    def _open(self) -> None:
+        if self._closed:
+            raise RulesError("this Advisor is closed; start a new one")
+
+    # --- reading ----------------------------------------------------------------
+
+    @property
+    def next(self) -> dict | None:
+        """The current next step (``None`` before any fact)."""
+        text = self._state.get("next_json")
+        return json.loads(text) if text else None
+
+    @property
+    def diagnosis(self) -> dict | None:
+        """``{"cause", "causes", "problem", "advice"}`` once a cause is found or
+        the session is done, else ``None``."""
+        st = self._state
+        if st.get("cause", "none") == "none" and st.get("stage") != "done":
+            return None
+        cause = st.get("cause", "none")
+        return {
+            "cause": None if cause == "none" else cause,
+            "causes": list(st.get("causes", [])),
+            "problem": None if st.get("problem", "none") == "none" else st.get("problem"),
+            "advice": st.get("advice") or None,
+        }
+
+    def why(self) -> list[dict]:
+        """One entry per step decided: the rule, the facts behind it, the step,
+        and one sentence in English and Chinese."""
+        by_seq = {f["_seq"]: f for f in self._facts}
+        entries = []
+        for text in self._state.get("why", []):
+            entry = json.loads(text)
+            entry["because"] = [copy.deepcopy(by_seq[s]) for s in entry["because"] if s in by_seq]
+            entries.append(entry)
+        return entries
+
+    def facts(self) -> list[dict]:
+        """The facts posted so far, in order, each with its ``_seq``."""
+        return copy.deepcopy(self._facts)
+
+    def close(self) -> None:
+        """Delete the session's state; the Advisor is unusable afterwards."""
+        if not self._closed:
+            self._closed = True
+            self._lang.delete_state(RULESET, self.sid)
+
+    def __enter__(self) -> "Advisor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,184 @@
+"""A scripted session for the rules tests: it answers each next step from
+queues, the way the real session loop answers them with probes and the user.
+
+``Script`` is a queue-driven fake (``.enqueue()``, ``.history``); ``drive``
+runs an Advisor against it and returns the compact trace of steps. The fact
+builders make facts that pass ``rules.facts.validate``. The other
+``test_rules_*`` files import these; the tests at the bottom check the driver.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from rules.engine import Advisor
+
+GiB = 1 << 30
+MiB = 1 << 20
+MODEL = "neohorse:8b-q8_0"
+
+
+# --- fact builders -------------------------------------------------------------
+
+def symptom(phase="load", text="it runs out of memory"):
+    return {"kind": "symptom", "phase": phase, "text": text}
+
+
+def target(model=MODEL, want_ctx=None, want_parallel=None, budget=None, **extra):
+    return {"kind": "target", "model": model, "want_ctx": want_ctx, "want_parallel": want_parallel,
+            "budget": budget, **extra}
+
+
+def device(total=24 * GiB, vendor="nvidia", limit=None, name="RTX 4090"):
+    fact = {"kind": "device", "name": name, "vendor": vendor, "total": total, "used_idle": 1 * GiB,
+            "unified": False}
+    if limit is not None:
+        fact["limit"] = limit
+    return fact
+
+
+def load(ok=True, used=10 * GiB, placement="gpu", drift=0.0, model=MODEL, num_ctx=2048, level="Q8_0",
+         error=None, **extra):
+    return {"kind": "load", "model": model, "options": {"num_ctx": num_ctx, "num_batch": 512}, "ok": ok,
+            "error": error, "size": used if ok else None, "size_vram": used if placement == "gpu" else used // 2,
+            "used_after": used if ok else None, "used_settled": used if ok else None, "drift_per_min": drift,
+            "placement": placement, "level": level, **extra}
+
+
+def tier(name, num_ctx, peak=None, ok=True, oom=None, truncated=False, error=None, back=True, **extra):
+    fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "prompt_tokens": num_ctx - 64, "peak": peak,
+            "back_to_baseline": back, "ok": ok, "error": error, "truncated": truncated, **extra}
+    if oom is not None:
+        fact["oom"] = oom
+    return fact
+
+
+def oom_tier(name, num_ctx):
+    return tier(name, num_ctx, ok=False, oom=True, error="CUDA error: out of memory")
+
+
+def trial(tag, level, peak=None, ok=True, coherent=True, issues=()):
+    return {"kind": "quant_trial", "tag": tag, "level": level, "ok": ok, "weights": peak and peak - GiB,
+            "coherent": coherent, "issues": list(issues), "peak": peak}
+
+
+def knob(name, new, peak=None, ok=True, old=None, **extra):
+    return {"kind": "knob_trial", "knob": name, "old": old, "new": new, "peak": peak, "ok": ok, **extra}
+
+
+def passed(peak=None):
+    return {"ok": True, "regression": False, "truncated": False, "repeated": False, "peak": peak}
+
+
+def regressed():
+    return {"ok": True, "regression": True, "truncated": False, "repeated": False}
+
+
+def crashed():
+    return {"ok": False, "regression": False, "truncated": False, "repeated": False,
+            "errors": ["llama runner process has terminated"]}
+
+
+# --- the scripted caller -----------------------------------------------------
+
+class ScriptError(AssertionError):
+    """The rules asked for something the script has no reply for."""
+
+
+class Script:
+    """Replies to steps from queues: ``answers`` by question, one list of facts
+    per probe run, one stability outcome per retest, and remedies to refuse."""
+
+    def __init__(self, answers=None, refuse=(), **queues):
+        self.answers = dict(answers or {})
+        self.refuse = list(refuse)
+        self.queues = {name: deque() for name in ("baseline", "context", "quant", "backend", "stability")}
+        for name, replies in queues.items():
+            self.enqueue(name, *replies)
+        self.history: list[dict] = []
+
+    def enqueue(self, probe, *replies):
+        if probe not in self.queues:
+            raise ScriptError(f"no probe queue {probe!r}")
+        self.queues[probe].extend(replies)
+        return self
+
+    def _next(self, probe, step):
+        if not self.queues[probe]:
+            raise ScriptError(f"the script has no reply for {probe} (step {step})")
+        return self.queues[probe].popleft()
+
+    def reply(self, step: dict) -> list[dict]:
+        self.history.append(step)
+        action = step["action"]
+        if action == "ask":
+            return [{"kind": "answer", "question": step["question"], "value": self.answers.get(step["question"])}]
+        if action == "change":
+            if step["remedy"] in self.refuse:
+                self.refuse.remove(step["remedy"])
+                return [{"kind": "refusal", "remedy": step["remedy"]}]
+            return self._stability(step["config"], step)
+        if action == "probe":
+            if step["probe"] == "stability":
+                return self._stability(step["args"]["config"], step)
+            facts = list(self._next(step["probe"], step))
+            return facts + [{"kind": "probe_done", "probe": step["probe"], "ok": True}]
+        raise ScriptError(f"nothing to reply to {step}")
+
+    def _stability(self, config, step):
+        outcome = dict(self._next("stability", step))
+        fact = {"kind": "stability", "config": config, "eval_count": 256, "done_reason": "length",
+                "ok": outcome.pop("ok"), "truncated": outcome.pop("truncated", False),
+                "repeated": outcome.pop("repeated", False), "errors": outcome.pop("errors", [])}
+        fact.update({k: v for k, v in outcome.items() if v is not None})
+        return [fact, {"kind": "probe_done", "probe": "stability", "ok": True}]
+
+
+def label(step: dict) -> str:
+    """A step as one short string: ``ask:model``, ``probe:quant``,
+    ``change:max_context_len=4096``, ``done``."""
+    action = step["action"]
+    if action == "ask":
+        return f"ask:{step['question']}"
+    if action == "probe":
+        if step["probe"] == "backend":
+            return f"probe:backend:{step['args']['knob']}={step['args']['value']}"
+        return f"probe:{step['probe']}"
+    if action == "change":
+        return f"change:{step['knob']}={step['to']}"
+    return "done"
+
+
+def drive(first: list[dict], script: Script, advisor: Advisor | None = None, max_steps: int = 40):
+    """Post ``first``, then answer every step from ``script`` until done.
+    Returns ``(advisor, trace, steps)``; the advisor is left open for reading."""
+    adv = advisor or Advisor()
+    step = adv.post_many(first)
+    steps = [step]
+    while step["action"] != "done":
+        if len(steps) > max_steps:
+            raise ScriptError(f"no end after {max_steps} steps: {[label(s) for s in steps]}")
+        step = adv.post_many(script.reply(step))
+        steps.append(step)
+    return adv, [label(s) for s in steps], steps
+
+
+# --- the driver itself -------------------------------------------------------
+
+def test_script_refuses_a_probe_it_has_no_reply_for():
+    with pytest.raises(ScriptError, match="no reply for baseline"):
+        Script().reply({"action": "probe", "probe": "baseline", "args": {}})
+
+
+def test_script_records_every_step_it_answered():
+    script = Script(answers={"model": MODEL})
+    script.reply({"action": "ask", "question": "model"})
+    assert script.history == [{"action": "ask", "question": "model"}]
+
+
+def test_stability_reply_carries_the_config_it_was_given():
+    script = Script(stability=[passed(peak=5 * GiB)])
+    facts = script.reply({"action": "probe", "probe": "stability", "args": {"config": {"model": "m"}}})
+    assert facts[0]["config"] == {"model": "m"} and facts[0]["peak"] == 5 * GiB
+    assert facts[1] == {"kind": "probe_done", "probe": "stability", "ok": True}

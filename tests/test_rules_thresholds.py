@@ -1,0 +1,59 @@
+"""The numbers the tree compares against, and the fact kinds the rules added."""
+from __future__ import annotations
+
+import pytest
+
+from rules import thresholds as T
+from rules.facts import FactError, validate
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def test_the_fit_limit_leaves_the_safety_margin():
+    assert T.fit_limit(10 * GiB) == int(10 * GiB * (1 - T.SAFETY_MARGIN_FRACTION))
+    assert T.fit_limit(10 * GiB, margin=0.0) == 10 * GiB
+
+
+def test_utilization_rounds_up_so_it_never_understates_the_need():
+    assert T.utilization(10 * GiB, 24 * GiB) == 0.42  # 0.4167 -> 0.42
+    assert T.utilization(12 * GiB, 24 * GiB) == 0.5  # exact stays exact
+    assert T.utilization(30 * GiB, 24 * GiB) == 1.0
+    assert T.utilization(None, 24 * GiB) is None and T.utilization(GiB, None) is None
+
+
+@pytest.mark.parametrize("before, after, peak, back", [
+    (4 * GiB, 4 * GiB + 10 * MiB, 8 * GiB, True),     # within the absolute tolerance
+    (4 * GiB, 4 * GiB + 150 * MiB, 8 * GiB, True),    # within 5 % of a 4 GiB rise
+    (4 * GiB, 4 * GiB + 300 * MiB, 8 * GiB, False),   # beyond both
+    (4 * GiB, 4 * GiB + 100 * MiB, 4 * GiB + 200 * MiB, False),
+])
+def test_back_to_baseline_uses_the_larger_of_the_two_tolerances(before, after, peak, back):
+    assert T.back_to_baseline(before, after, peak) is back
+
+
+def test_the_backend_ladder_goes_down_from_the_conservative_batch():
+    assert all(b < T.CONSERVATIVE_NUM_BATCH for b in T.BATCH_LADDER)
+    assert list(T.BATCH_LADDER) == sorted(T.BATCH_LADDER, reverse=True)
+    assert T.KV_CACHE_LADDER[0] == "q8_0"
+
+
+def test_coherence_limits_are_fractions():
+    limits = T.COHERENCE
+    assert 0 < limits.max_repeated_4gram_ratio < 1 and 0 < limits.max_broken_sentence_ratio < 1
+    assert 0 < limits.min_length_ratio <= 1
+
+
+def test_probe_done_and_refusal_are_facts():
+    assert validate({"kind": "probe_done", "probe": "quant", "ok": False, "error": "pull failed"})["ok"] is False
+    assert validate({"kind": "refusal", "remedy": "context"})["remedy"] == "context"
+    with pytest.raises(FactError, match="refusal.remedy"):
+        validate({"kind": "refusal", "remedy": "device"})
+
+
+def test_a_load_may_name_its_quantization_level():
+    fact = {"kind": "load", "model": "m", "options": {}, "ok": True, "error": None, "size": 1, "size_vram": 1,
+            "used_after": 1, "used_settled": 1, "drift_per_min": 0.0, "level": "Q4_K_M"}
+    assert validate(fact)["level"] == "Q4_K_M"
+    with pytest.raises(FactError, match="load.level"):
+        validate(dict(fact, level=4))
