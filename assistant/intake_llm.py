@@ -1,0 +1,221 @@
+"""Optional help from a chat model for intake, and the chat transcript.
+
+The deterministic parser in :mod:`assistant.intake` always runs and always
+has the last word. When a user asks for it (``--llm MODEL``), a chat model --
+by default a small model on the same Ollama, through langchain-ollama -- reads
+the same message into the same fields with structured output, and may only
+fill what the parser left empty (:func:`combine`). Any failure of that helper
+(no langchain-ollama, no server, a model that answers nonsense) is silent: the
+parser's reading stands. The conversation itself is kept as langchain-core
+messages in a :class:`Transcript`, which the report writer stores as JSON.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel, Field
+
+from assistant.i18n import get_lang
+from assistant.intake import INTAKE_FIELDS, Intake, detect_lang, has_words, merge, normalise_model, parse
+from rules.facts import PHASES
+
+__all__ = ["IntakeFields", "llm_intake", "combine", "Transcript"]
+
+GiB = 1 << 30
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class IntakeFields(BaseModel):
+    """What a user's message says about a local LLM running out of GPU memory.
+    Use null for anything the message does not say; never guess."""
+
+    phase: Literal["load", "long_input", "concurrent", "slow", "creeping", "crash", "unknown"] = Field(
+        "unknown",
+        description=(
+            "When it fails: load = while loading/starting the model; long_input = only with long prompts, "
+            "documents or a large context; concurrent = with several users or requests at once; slow = runs "
+            "very slowly or on the CPU; creeping = memory keeps growing over time or is not released; "
+            "crash = crashes with an error not tied to any of these; unknown = not said."
+        ),
+    )
+    model: str | None = Field(None, description="Ollama model name or tag, e.g. qwen2.5:7b")
+    want_ctx: int | None = Field(None, description="context length in tokens (32k = 32768)")
+    want_parallel: int | None = Field(None, description="number of concurrent requests or users")
+    budget_gib: float | None = Field(None, description="GPU memory the user has or may use, in GiB")
+    gpu: str | None = Field(None, description="GPU name, e.g. RTX 4060, A100, M2 Max")
+    error: str | None = Field(None, description="error text quoted from Ollama or CUDA, verbatim")
+    keep_context: bool | None = Field(None, description="true if the context must not be reduced")
+
+
+_INSTRUCTIONS = (
+    "You read one message from a user whose local LLM, served by Ollama, runs out of GPU memory. "
+    "Extract only what the message states into the given fields; use null for anything it does not state. "
+    "The message may be in Chinese, English or both."
+)
+_JSON_ONLY = "Answer with one JSON object with exactly these keys and nothing else: " + ", ".join(
+    IntakeFields.model_fields
+)
+
+
+def llm_intake(text: str, model: str, host: str, *, chat_model: Any = None,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> Intake | None:
+    """Ask a chat model to read ``text``; None on any failure.
+
+    ``chat_model`` is any langchain-core chat model (tests pass a fake); without
+    it, ``langchain_ollama.ChatOllama(model=model, base_url=host, temperature=0)``
+    is built, imported only here so the package works without it.
+    """
+    try:
+        chat = chat_model if chat_model is not None else _ollama_chat(model, host, timeout_s)
+        return _to_intake(_ask(chat, text), text, model)
+    except Exception:  # noqa: BLE001 - optional help: the parser's reading stands
+        return None
+
+
+def _ollama_chat(model: str, host: str, timeout_s: float):
+    from langchain_ollama import ChatOllama  # optional dependency (extra "llm")
+
+    return ChatOllama(model=model, base_url=host, temperature=0, client_kwargs={"timeout": timeout_s})
+
+
+def _ask(chat, text: str) -> IntakeFields:
+    messages = [SystemMessage(_INSTRUCTIONS), HumanMessage(text)]
+    try:
+        structured = chat.with_structured_output(IntakeFields)
+    except NotImplementedError:
+        structured = None  # a model without tool calling or JSON schema: ask for JSON in the reply
+    if structured is not None:
+        out = structured.invoke(messages)
+    else:
+        reply = chat.invoke([SystemMessage(_INSTRUCTIONS + " " + _JSON_ONLY), HumanMessage(text)])
+        out = _json_object(reply.content if isinstance(reply, BaseMessage) else str(reply))
+    if isinstance(out, IntakeFields):
+        return out
+    if isinstance(out, dict):
+        return IntakeFields.model_validate(out)
+    raise TypeError(f"structured output gave {type(out).__name__}")
+
+
+def _json_object(content) -> dict:
+    if isinstance(content, list):  # content blocks
+        content = "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
+    start, end = content.find("{"), content.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("no JSON object in the reply")
+    return json.loads(content[start:end + 1])
+
+
+def _positive_int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _text(value) -> str | None:
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    return value if value and value.lower() not in ("null", "none", "unknown") else None
+
+
+def _to_intake(fields: IntakeFields, text: str, model: str) -> Intake:
+    gib = fields.budget_gib
+    budget = int(round(gib * GiB)) if isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0 else None
+    phase = fields.phase if fields.phase in PHASES else "unknown"
+    return Intake(
+        lang=detect_lang(text),
+        phase=phase,
+        model=normalise_model(_text(fields.model)),
+        want_ctx=_positive_int(fields.want_ctx),
+        want_parallel=_positive_int(fields.want_parallel),
+        budget=budget,
+        gpu=_text(fields.gpu),
+        error=_text(fields.error),
+        keep_context=fields.keep_context if isinstance(fields.keep_context, bool) else None,
+        text=text,
+        phase_cue=f"llm {model}" if phase != "unknown" else None,
+    )
+
+
+def combine(parser: Intake, llm: Intake | None) -> Intake:
+    """The parser's reading, with gaps filled from the chat model's.
+
+    Every field the parser set wins; the model fills only what the parser left
+    None, and sets the phase only when the parser found none. Language and
+    text are always the parser's.
+    """
+    if llm is None:
+        return parser
+    fill = {name: getattr(llm, name) for name in INTAKE_FIELDS
+            if getattr(parser, name) is None and getattr(llm, name) is not None}
+    if parser.phase == "unknown" and llm.phase != "unknown":
+        fill["phase"] = llm.phase
+        fill["phase_cue"] = llm.phase_cue
+    return replace(parser, **fill)
+
+
+_ROLES = {"human": "user", "ai": "assistant", "system": "system"}
+_CLASSES = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}
+
+
+class Transcript:
+    """The chat so far, as langchain-core messages, in order.
+
+    The language is the one given (``--lang``), else the one of the first user
+    message that has words, else the locale's.
+    """
+
+    def __init__(self, lang: str | None = None):
+        self._messages: list[BaseMessage] = []
+        self._lang = lang
+
+    def add_system(self, text: str) -> SystemMessage:
+        return self._add(SystemMessage(content=text))
+
+    def add_user(self, text: str) -> HumanMessage:
+        return self._add(HumanMessage(content=text))
+
+    def add_assistant(self, text: str) -> AIMessage:
+        return self._add(AIMessage(content=text))
+
+    def _add(self, message: BaseMessage):
+        self._messages.append(message)
+        return message
+
+    @property
+    def messages(self) -> list[BaseMessage]:
+        return list(self._messages)
+
+    @property
+    def lang(self) -> str:
+        if self._lang:
+            return self._lang
+        for m in self._messages:
+            if isinstance(m, HumanMessage) and has_words(str(m.content)):
+                return detect_lang(str(m.content))
+        return get_lang()
+
+    def intake(self) -> Intake:
+        """Every user message read and merged in order: later ones override."""
+        merged = Intake(lang=self.lang)
+        for m in self._messages:
+            if isinstance(m, HumanMessage):
+                merged = merge(merged, parse(str(m.content)))
+        return replace(merged, lang=self.lang)
+
+    def to_json(self) -> list[dict]:
+        """``[{"role": "user" | "assistant" | "system", "content": str}, ...]`` for the report."""
+        return [{"role": _ROLES.get(m.type, m.type),
+                 "content": m.content if isinstance(m.content, str) else json.dumps(m.content, ensure_ascii=False)}
+                for m in self._messages]
+
+    @classmethod
+    def from_json(cls, items: list[dict], lang: str | None = None) -> "Transcript":
+        t = cls(lang=lang)
+        for item in items:
+            t._add(_CLASSES[item["role"]](content=item["content"]))
+        return t
+
+    def __len__(self) -> int:
+        return len(self._messages)

@@ -1,0 +1,190 @@
+"""Optional chat-model help for intake and the langchain-core transcript; no
+server: fake chat models stand in, injected through llm_intake's chat_model."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+from assistant.intake import Intake, parse
+from assistant.intake_llm import IntakeFields, Transcript, combine, llm_intake
+
+GiB = 1 << 30
+
+
+class FakeStructuredChat:
+    """Queue-driven stand-in for a chat model with structured output.
+
+    ``enqueue`` an IntakeFields, a dict or an exception; ``history`` records
+    the schema asked for and every message list sent.
+    """
+
+    def __init__(self):
+        self.queue: list = []
+        self.history: list = []
+
+    def enqueue(self, item) -> "FakeStructuredChat":
+        self.queue.append(item)
+        return self
+
+    def with_structured_output(self, schema, **kwargs):
+        self.history.append(("schema", schema))
+        return self
+
+    def invoke(self, messages, config=None, **kwargs):
+        self.history.append(("invoke", list(messages)))
+        item = self.queue.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """A langchain-core fake that accepts tools, so the real
+    BaseChatModel.with_structured_output path (tool call -> pydantic) runs."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- llm_intake
+
+def test_structured_answer_becomes_an_intake_and_the_message_is_sent():
+    chat = FakeStructuredChat().enqueue(
+        IntakeFields(phase="slow", model="Qwen2.5:7B", want_ctx=8192, budget_gib=12, gpu="RTX 3060")
+    )
+    got = llm_intake("我的 3060 跑得很慢", "tiny", "http://unused", chat_model=chat)
+    assert (got.phase, got.model, got.want_ctx, got.budget, got.gpu) == ("slow", "qwen2.5:7B", 8192, 12 * GiB, "RTX 3060")
+    assert got.lang == "zh" and got.text == "我的 3060 跑得很慢"
+    assert chat.history[0] == ("schema", IntakeFields)
+    kind, sent = chat.history[1]
+    assert kind == "invoke"
+    assert isinstance(sent[0], SystemMessage) and isinstance(sent[1], HumanMessage)
+    assert sent[1].content == "我的 3060 跑得很慢"
+
+
+def test_a_dict_answer_is_accepted_too():
+    chat = FakeStructuredChat().enqueue({"phase": "load", "keep_context": True})
+    got = llm_intake("won't load", "tiny", "http://unused", chat_model=chat)
+    assert (got.phase, got.keep_context, got.model) == ("load", True, None)
+
+
+def test_model_failure_gives_none():
+    chat = FakeStructuredChat().enqueue(ConnectionError("refused"))
+    assert llm_intake("fails to load", "tiny", "http://unused", chat_model=chat) is None
+
+
+def test_impossible_values_from_the_model_are_dropped():
+    chat = FakeStructuredChat().enqueue(
+        IntakeFields(phase="unknown", want_ctx=0, want_parallel=-2, budget_gib=-1.0, model="  ", error="null")
+    )
+    got = llm_intake("hm", "tiny", "http://unused", chat_model=chat)
+    assert (got.want_ctx, got.want_parallel, got.budget, got.model, got.error) == (None, None, None, None, None)
+
+
+def test_tool_calling_chat_model_goes_through_with_structured_output():
+    reply = AIMessage(content="", tool_calls=[{
+        "name": "IntakeFields", "id": "call_1",
+        "args": {"phase": "concurrent", "want_parallel": 4, "budget_gib": 24},
+    }])
+    chat = ToolCallingFake(messages=iter([reply]))
+    got = llm_intake("several users at once", "tiny", "http://unused", chat_model=chat)
+    assert (got.phase, got.want_parallel, got.budget) == ("concurrent", 4, 24 * GiB)
+
+
+def test_chat_model_without_structured_output_answers_in_json():
+    reply = AIMessage(content='Sure:\n```json\n{"phase": "long_input", "want_ctx": 32768, "gpu": "RTX 4060"}\n```')
+    chat = GenericFakeChatModel(messages=iter([reply]))
+    got = llm_intake("长文本就崩", "tiny", "http://unused", chat_model=chat)
+    assert (got.phase, got.want_ctx, got.gpu) == ("long_input", 32768, "RTX 4060")
+
+
+@pytest.mark.parametrize("content", ["I am not sure what you mean.", '{"phase": "exploded"}', "{not json"])
+def test_nonsense_from_the_model_gives_none(content):
+    chat = GenericFakeChatModel(messages=iter([AIMessage(content=content)]))
+    assert llm_intake("x", "tiny", "http://unused", chat_model=chat) is None
+
+
+def test_no_server_gives_none_quickly():
+    pytest.importorskip("langchain_ollama")
+    host = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    assert llm_intake("fails to load", "tiny", host, timeout_s=5) is None
+
+
+# --------------------------------------------------------------------------- combine
+
+def test_parser_values_win_and_the_model_fills_only_gaps():
+    parser = parse("neohorse-1:q8_0 fails to load on my 8G card")
+    llm = Intake(lang="en", phase="crash", model="other:1b", want_ctx=4096, budget=24 * GiB, gpu="RTX 4060",
+                 error="boom", keep_context=True, phase_cue="llm tiny")
+    got = combine(parser, llm)
+    assert (got.phase, got.model, got.budget) == ("load", "neohorse-1:q8_0", 8 * GiB)
+    assert (got.want_ctx, got.gpu, got.error, got.keep_context) == (4096, "RTX 4060", "boom", True)
+    assert got.text == parser.text and got.lang == parser.lang
+
+
+def test_model_phase_is_used_only_when_the_parser_found_none():
+    llm = Intake(phase="creeping", phase_cue="llm tiny")
+    assert combine(parse("qwen2.5:7b on a 4090"), llm).phase == "creeping"
+    assert combine(parse("long prompts crash"), llm).phase == "long_input"
+
+
+def test_combine_without_an_answer_is_the_parser_reading():
+    parser = parse("一加载就爆显存")
+    assert combine(parser, None) is parser
+
+
+# --------------------------------------------------------------------------- transcript
+
+def test_transcript_keeps_langchain_messages_in_order():
+    tr = Transcript()
+    tr.add_system("you are oomvet")
+    tr.add_user("一加载就爆显存")
+    tr.add_assistant("显卡有多少显存？")
+    tr.add_user("8G 的卡")
+    assert [type(m) for m in tr.messages] == [SystemMessage, HumanMessage, AIMessage, HumanMessage]
+    assert tr.to_json() == [
+        {"role": "system", "content": "you are oomvet"},
+        {"role": "user", "content": "一加载就爆显存"},
+        {"role": "assistant", "content": "显卡有多少显存？"},
+        {"role": "user", "content": "8G 的卡"},
+    ]
+    assert Transcript.from_json(tr.to_json()).to_json() == tr.to_json()
+
+
+def test_transcript_reads_every_user_message_into_one_intake():
+    tr = Transcript()
+    tr.add_user("一加载就爆显存，模型 neohorse-1:q8_0")
+    tr.add_assistant("What GPU?")
+    tr.add_user("4060 8G")
+    got = tr.intake()
+    assert (got.phase, got.model, got.budget, got.gpu, got.lang) == ("load", "neohorse-1:q8_0", 8 * GiB, "4060", "zh")
+
+
+def test_transcript_language_is_the_first_message_or_the_flag():
+    tr = Transcript()
+    tr.add_user("4060 8G")  # no words to tell a language from
+    tr.add_user("长文本就崩")
+    tr.add_user("long prompts crash")
+    assert tr.lang == "zh"
+    flagged = Transcript(lang="en")
+    flagged.add_user("长文本就崩")
+    assert flagged.lang == "en"
+
+
+def test_transcript_messages_feed_a_chat_model_directly():
+    chat = GenericFakeChatModel(messages=iter(["Which GPU do you have?"]))
+    tr = Transcript()
+    tr.add_user("long prompts crash")
+    reply = chat.invoke(tr.messages)
+    tr.add_assistant(reply.content)
+    assert tr.to_json()[-1] == {"role": "assistant", "content": "Which GPU do you have?"}
+    assert len(tr) == 2
