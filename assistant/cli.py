@@ -14,6 +14,7 @@ import sys
 from assistant import __version__
 from assistant.errors import EXIT_USAGE, OomvetError
 from probes.errors import ProbeError
+from rules.engine import RulesUnavailable
 
 # order = order in --help
 COMMANDS = ("chat", "diagnose", "probe", "intake", "devices", "check", "apply", "simulate")
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(args.run(args) or 0)
+    except RulesUnavailable as exc:
+        print(f"oomvet: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except (OomvetError, ProbeError) as exc:
         if os.environ.get("OOMVET_RAISE"):  # tests: see the real exception
             raise

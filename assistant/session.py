@@ -157,7 +157,9 @@ class Session:
             return lambda: quant.run(env, model, num_ctx=args.get("num_ctx", 2048))
         if name == "backend":
             return lambda: backend.run(env, model, args["knob"], args["value"], num_ctx=args.get("num_ctx", 2048),
-                                       old=args.get("old"))
+                                       old=args.get("old"), num_batch=args.get("num_batch", 512),
+                                       num_parallel=args.get("num_parallel", 1),
+                                       kv_cache_type=args.get("kv_cache_type", "f16"))
         if name == "stability":
             previous = self.last_stability
             return lambda: stability.run(env, args["config"], previous=previous)
@@ -250,7 +252,10 @@ def _server_env(config: dict | None) -> dict[str, str]:
 
 
 def _peak(result: ProbeResult) -> int | None:
-    peaks = [c.peak_bytes for c in result.charts if c.peak_bytes is not None]
+    """The peak of what the probe reports on (a backend trial's new setting,
+    not its reference run), else of everything it sampled."""
+    peaks = [f["peak"] for f in result.facts if f.get("peak") is not None]
+    peaks = peaks or [c.peak_bytes for c in result.charts if c.peak_bytes is not None]
     return max(peaks) if peaks else None
 
 

@@ -15,9 +15,11 @@ import threading
 import time
 import uuid
 
-from probes.base import ProbeEnv, ProbeResult, restoring, sampled, spill_error, timed
+from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, spill_error, timed
 from probes.context import calibrate
+from probes.errors import ProbeError
 from probes.texts import fill_prompt
+from probes.units import fmt_size
 
 KNOBS = ("num_batch", "num_parallel", "kv_cache_type", "kv_cache_off")
 SERVER_ENV = {"num_parallel": "OLLAMA_NUM_PARALLEL", "kv_cache_type": "OLLAMA_KV_CACHE_TYPE"}
@@ -31,73 +33,72 @@ def restart_command(env_changes: dict[str, str]) -> str:
     return f"{assigns} ollama serve   (systemd: `systemctl edit ollama` -> [Service] Environment=...; then restart)"
 
 
-def _server_env(knob: str, value) -> dict[str, str]:
-    if knob == "num_parallel":
-        return {"OLLAMA_NUM_PARALLEL": str(int(value))}
-    if knob == "kv_cache_type":
-        # a quantized KV cache is only used with flash attention on
-        return {"OLLAMA_KV_CACHE_TYPE": str(value), "OLLAMA_FLASH_ATTENTION": "1" if value != "f16" else "0"}
-    return {}
+def _server_env(settings: dict) -> dict[str, str]:
+    kv = str(settings["kv_cache_type"])
+    # a quantized KV cache is only used with flash attention on
+    return {"OLLAMA_NUM_PARALLEL": str(int(settings["num_parallel"])), "OLLAMA_KV_CACHE_TYPE": kv,
+            "OLLAMA_FLASH_ATTENTION": "1" if kv != "f16" else "0"}
 
 
 @timed
 def run(env: ProbeEnv, model: str, knob: str, value, num_ctx: int = 2048, old=None,
-        num_batch: int = 512, num_parallel: int = 1) -> ProbeResult:
-    """Measure ``knob`` at its current value and at ``value``."""
+        num_batch: int = 512, num_parallel: int = 1, kv_cache_type: str = "f16") -> ProbeResult:
+    """Measure the base settings, then the same with ``knob`` set to ``value``.
+    The workload is ``num_parallel`` requests at once, each filling most of
+    ``num_ctx``."""
     if knob not in KNOBS:
-        from probes.errors import ProbeError
         raise ProbeError(f"unknown backend knob {knob!r} (one of {', '.join(KNOBS)})")
     deadline = time.monotonic() + env.timeout_s
     result = ProbeResult("backend", ok=True)
-    server_env_before = env.control.env()
+    base = {"num_batch": int(num_batch), "num_parallel": int(num_parallel), "kv_cache_type": kv_cache_type,
+            "num_ctx": int(num_ctx)}
     if old is None:
-        old = {"num_batch": num_batch, "num_parallel": int(server_env_before.get("OLLAMA_NUM_PARALLEL", num_parallel)),
-               "kv_cache_type": server_env_before.get("OLLAMA_KV_CACHE_TYPE", "f16"),
-               "kv_cache_off": num_ctx}[knob]
-    needs_restart = knob in SERVER_ENV
-    if needs_restart and not env.control.can_restart():
-        command = restart_command(_server_env(knob, value))
-        result.ok = False
-        result.error = f"{SERVER_ENV[knob]} needs a server restart that oomvet may not do here"
-        result.notes.append(command)
-        result.facts.append({"kind": "knob_trial", "knob": knob, "old": old, "new": value, "peak": None,
-                             "ok": False, "applied": False, "error": result.error})
-        return result
+        old = base["num_ctx"] if knob == "kv_cache_off" else base[knob]
+    trial = dict(base)
+    if knob == "kv_cache_off":
+        trial["num_ctx"] = MIN_CTX
+    else:
+        trial[knob] = value
+    if not env.control.can_restart():
+        needs = {k for k in ("num_parallel", "kv_cache_type") if trial[k] != _server_value(env, k)}
+        if needs:
+            command = restart_command(_server_env(trial))
+            result.ok = False
+            result.error = f"{', '.join(SERVER_ENV[k] for k in sorted(needs))} needs a server restart that " \
+                           "oomvet may not do here"
+            result.notes.append(command)
+            result.facts.append({"kind": "knob_trial", "knob": knob, "old": old, "new": value, "peak": None,
+                                 "ok": False, "applied": False, "error": result.error})
+            return result
     with restoring(env):
-        cost = calibrate(env, model, num_ctx)
+        cost = calibrate(env, model, min(base["num_ctx"], 2048))
         env.api.unload(model)
-        peaks = {}
         outcome = {}
-        try:
-            for label, setting in (("old", old), ("new", value)):
-                env.check(deadline)
-                if needs_restart:
-                    env.control.restart(_server_env(knob, setting))
-                ctx = MIN_CTX if (knob == "kv_cache_off" and label == "new") else num_ctx
-                batch = int(setting) if knob == "num_batch" else num_batch
-                requests = int(setting) if knob == "num_parallel" else 1
-                peaks[label], outcome[label] = _measure(env, model, ctx, batch, requests, cost, f"{knob}={setting}",
-                                                        result)
-        finally:
-            if needs_restart:
-                env.control.restart({k: server_env_before.get(k, _default(k)) for k in _server_env(knob, value)})
-        ok, error = outcome["new"]
+        for label, settings in (("old", base), ("new", trial)):
+            env.check(deadline)
+            with server_settings(env, _server_env(settings)):
+                outcome[label] = _measure(env, model, settings, cost, f"{knob}={old if label == 'old' else value}",
+                                          result)
+        peak, (ok, error) = outcome["new"]
         result.ok = ok
         result.error = error
-        result.facts.append({"kind": "knob_trial", "knob": knob, "old": old, "new": value, "peak": peaks["new"],
+        result.facts.append({"kind": "knob_trial", "knob": knob, "old": old, "new": value, "peak": peak,
                              "ok": ok, "applied": True, "error": error})
         if knob == "kv_cache_off":
-            result.notes.append(f"weights alone (num_ctx {MIN_CTX}): {peaks['new']} bytes — a diagnostic, "
+            result.notes.append(f"weights alone (num_ctx {MIN_CTX}): {fmt_size(peak)} — a diagnostic, "
                                 "not a setting to use")
     return result
 
 
-def _default(name: str) -> str:
-    return {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_KV_CACHE_TYPE": "f16", "OLLAMA_FLASH_ATTENTION": "0"}[name]
+def _server_value(env: ProbeEnv, knob: str):
+    current = env.control.env()
+    if knob == "num_parallel":
+        return int(current.get("OLLAMA_NUM_PARALLEL", "1"))
+    return current.get("OLLAMA_KV_CACHE_TYPE", "f16")
 
 
-def _measure(env: ProbeEnv, model: str, num_ctx: int, num_batch: int, requests: int, cost, label: str,
-             result: ProbeResult):
+def _measure(env: ProbeEnv, model: str, settings: dict, cost, label: str, result: ProbeResult):
+    num_ctx, num_batch, requests = settings["num_ctx"], settings["num_batch"], settings["num_parallel"]
     options = {"num_ctx": num_ctx, "num_batch": num_batch, "num_predict": 8, "temperature": 0, "seed": 3}
     units = cost.units_for(int(num_ctx * FILL))
     with sampled(env, f"backend {label}") as step:

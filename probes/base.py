@@ -220,6 +220,28 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
                 env.cancel.set()
 
 
+@contextlib.contextmanager
+def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
+    """Run the block with these server-wide settings (``OLLAMA_NUM_PARALLEL``...),
+    restarting a server oomvet owns and putting it back afterwards. Yields
+    False when the server would need a restart oomvet may not do: the block
+    then measures the server as it is."""
+    current = env.control.env()
+    defaults = {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_KV_CACHE_TYPE": "f16", "OLLAMA_FLASH_ATTENTION": "0"}
+    changes = {k: str(v) for k, v in wanted.items() if current.get(k, defaults.get(k, "")) != str(v)}
+    if not changes:
+        yield True
+        return
+    if not env.control.can_restart():
+        yield False
+        return
+    env.control.restart(changes)
+    try:
+        yield True
+    finally:
+        env.control.restart({k: current.get(k, defaults.get(k, "")) for k in changes})
+
+
 def restore(api: Ollama, before: list[Loaded]) -> None:
     want = {m.name: m for m in before}
     for m in api.ps():

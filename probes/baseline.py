@@ -9,7 +9,7 @@ idle is memory not being released.
 """
 from __future__ import annotations
 
-from probes.base import ProbeEnv, ProbeResult, restoring, sampled, timed
+from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, timed
 
 DEFAULT_NUM_CTX = 2048
 DEFAULT_SETTLE_S = 30.0
@@ -39,7 +39,10 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
     deadline = time.monotonic() + env.timeout_s
     options = {"num_ctx": int(num_ctx), "num_batch": int(num_batch)}
     result = ProbeResult("baseline", ok=False)
-    with restoring(env):
+    with restoring(env), server_settings(env, {"OLLAMA_NUM_PARALLEL": num_parallel}) as applied:
+        if not applied:  # a user's server: measure it as it runs, and say so
+            num_parallel = int(env.control.env().get("OLLAMA_NUM_PARALLEL", num_parallel))
+            result.notes.append(f"the server runs with its own OLLAMA_NUM_PARALLEL; measured as it is")
         level = env.api.show(model).quantization  # also: a missing model fails here, before any reading
         if env.api.loaded(model):
             env.api.unload(model)

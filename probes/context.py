@@ -3,9 +3,11 @@
 Ollama allocates the KV cache at load for ``num_ctx x OLLAMA_NUM_PARALLEL``,
 so each tier is a reload at that ``num_ctx`` plus one request whose prompt
 fills most of it. Per tier: the idle reading, the peak (sampler), whether
-usage falls back after the request, and whether Ollama cut the prompt
+memory is released between requests (on the first tier a second request of
+the same size must not add any), and whether Ollama cut the prompt
 (``prompt_eval_count`` below the tokens sent). Stepping up stops at the first
-out-of-memory outcome. By hand: ``ollama run M`` with ``/set parameter
+out-of-memory outcome. A last "default" tier sends the wanted length without
+``num_ctx``, as most clients do, to show where Ollama cuts it. By hand: ``ollama run M`` with ``/set parameter
 num_ctx N`` and a long paste, watching ``nvidia-smi -lms 50``.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 import uuid
 
 from probes.base import (BACK_TO_BASELINE_FRACTION, BACK_TO_BASELINE_MIN_BYTES, ProbeEnv, ProbeResult,
-                         restoring, sampled, spill_error, timed)
+                         restoring, sampled, server_settings, spill_error, timed)
 from probes.errors import ProbeError
 from probes.texts import TokenCost, fill_prompt
 
@@ -67,58 +69,103 @@ def calibrate(env: ProbeEnv, model: str, num_ctx: int) -> TokenCost:
 @timed
 def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int | None = None,
         num_parallel: int = 1, num_batch: int = 512, fill: float = FILL) -> ProbeResult:
-    """Step up the context tiers of ``model`` until one runs out of memory."""
+    """Step up the context tiers of ``model`` until one runs out of memory;
+    then, if the user's input is longer than what a request without
+    ``num_ctx`` gets, send it at the server's default to show the cut."""
     deadline = time.monotonic() + env.timeout_s
     result = ProbeResult("context", ok=True)
-    with restoring(env):
+    with restoring(env), server_settings(env, {"OLLAMA_NUM_PARALLEL": num_parallel}):
         context_length = env.api.show(model).context_length
         tiers = tiers or plan_tiers(context_length, want_ctx)
         env.say("plan", tiers=tiers)
         cost = calibrate(env, model, min(tiers))
         env.api.unload(model)
+        check_release = True
+        stopped = False
         for name, num_ctx in zip(TIER_NAMES, tiers):
             env.check(deadline)
-            units = cost.units_for(int(num_ctx * fill))
-            sent = cost.tokens(units)
-            options = {"num_ctx": num_ctx, "num_batch": num_batch, "num_predict": NUM_PREDICT,
-                       "temperature": 0, "seed": 7}
-            with sampled(env, f"context {name} num_ctx={num_ctx}") as step:
-                step.mark("load")
-                load = env.api.load(model, {"num_ctx": num_ctx, "num_batch": num_batch})
-                loaded_level = step.now()
-                spilled = spill_error(env, model) if load.ok else None
-                gen = None
-                if load.ok and not spilled:
-                    step.mark("request")
-                    gen = env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
-                    step.mark("done")
-                    env.sleep(0.5, deadline)  # let usage fall back before the last reading
-                after = step.now()
-            error = load.error if not load.ok else (spilled or (gen.error if not gen.ok else None))
-            oom = (not load.ok and load.oom) or bool(spilled) or (gen is not None and gen.oom) or step.over_limit()
-            if step.over_limit() and not error:
-                error = step.over_limit_text()
-            ok = load.ok and gen is not None and gen.ok and not step.over_limit()
-            evaluated = gen.prompt_eval_count if gen is not None and gen.ok else None
-            truncated = evaluated is not None and evaluated < sent * (1 - TRUNCATION_SLACK)
-            tolerance = max(BACK_TO_BASELINE_MIN_BYTES, int(loaded_level * BACK_TO_BASELINE_FRACTION))
-            back = (after - loaded_level) <= tolerance if load.ok else None
-            result.charts.append(step.chart())
-            result.facts.append({
-                "kind": "tier", "name": name, "num_ctx": num_ctx, "model": model,
-                "prompt_tokens": evaluated, "sent_tokens": sent, "peak": step.peak,
-                "back_to_baseline": back, "ok": ok, "error": error, "truncated": truncated, "oom": oom,
-            })
-            result.rows.append({"tier": name, "num_ctx": num_ctx, "sent tokens": sent, "evaluated": evaluated,
-                                "after load": loaded_level if load.ok else None, "peak": step.peak,
-                                "back to baseline": back, "truncated": truncated, "ok": ok,
-                                "error": (error or "")[:80] or None})
-            env.api.unload(model)
-            if oom:
+            fact = _tier(env, result, model, name, num_ctx, num_ctx, num_batch, cost, fill, check_release, deadline)
+            check_release = check_release and fact["back_to_baseline"] is None
+            if fact["oom"]:
                 result.notes.append(f"stopped at tier {name} (num_ctx {num_ctx}): out of memory")
+                stopped = True
                 break
-            if not ok:
-                result.ok = False
-                result.error = error
+            if not fact["ok"]:
+                result.ok, result.error, stopped = False, fact["error"], True
                 break
+        if want_ctx and not stopped:
+            env.check(deadline)
+            _default_tier(env, result, model, want_ctx, num_batch, cost, fill, deadline)
     return result
+
+
+def _default_tier(env: ProbeEnv, result: ProbeResult, model: str, want_ctx: int, num_batch: int,
+                  cost: TokenCost, fill: float, deadline: float) -> None:
+    """A request that does not set num_ctx gets the server's default context
+    (OLLAMA_CONTEXT_LENGTH, 4096 at v0.11.4) and longer input is cut there
+    without an error. Load as such a request would and read the default."""
+    load = env.api.load(model, {"num_batch": num_batch})
+    loaded = env.api.loaded(model) if load.ok else None
+    default_ctx = loaded.context_length if loaded else None
+    env.api.unload(model)
+    if not default_ctx or default_ctx >= want_ctx:
+        return
+    _tier(env, result, model, "default", default_ctx, None, num_batch, cost, fill, False, deadline,
+          tokens=int(want_ctx * fill))
+    result.notes.append(f"a request without num_ctx gets the server default of {default_ctx} tokens")
+
+
+def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: int, num_ctx_option: int | None,
+          num_batch: int, cost: TokenCost, fill: float, check_release: bool, deadline: float,
+          tokens: int | None = None) -> dict:
+    """Load at ``num_ctx_option`` (None: the server's default), send one prompt
+    of ``tokens`` (default: ``fill`` of num_ctx), and record the tier."""
+    units = cost.units_for(tokens or int(num_ctx * fill))
+    sent = cost.tokens(units)
+    load_options = {"num_batch": num_batch} | ({"num_ctx": num_ctx_option} if num_ctx_option else {})
+    options = dict(load_options, num_predict=NUM_PREDICT, temperature=0, seed=7)
+    with sampled(env, f"context {name} num_ctx={num_ctx}") as step:
+        step.mark("load")
+        load = env.api.load(model, load_options)
+        loaded_level = step.now()
+        loaded = env.api.loaded(model) if load.ok else None
+        placement = loaded.placement if loaded else None
+        spilled = spill_error(env, model) if load.ok else None
+        gen = None
+        after_first = None
+        if load.ok and not spilled:
+            step.mark("request")
+            gen = env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
+            step.mark("done")
+            env.sleep(0.5, deadline)  # let usage fall back before the reading
+            if gen.ok and check_release:
+                # memory not released between requests shows as growth from one request
+                # to the next of the same size; the first request may touch buffers that
+                # then stay mapped (host RSS), which is not a leak
+                after_first = step.now()
+                step.mark("request 2")
+                env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
+                env.sleep(0.5, deadline)
+        after = step.now()
+    env.api.unload(model)
+    error = load.error if not load.ok else (spilled or (gen.error if not gen.ok else None))
+    oom = (not load.ok and load.oom) or bool(spilled) or (gen is not None and gen.oom) or step.over_limit()
+    if step.over_limit() and not error:
+        error = step.over_limit_text()
+    ok = load.ok and gen is not None and gen.ok and not step.over_limit()
+    evaluated = gen.prompt_eval_count if gen is not None and gen.ok else None
+    truncated = evaluated is not None and evaluated < sent * (1 - TRUNCATION_SLACK)
+    back = None
+    if after_first is not None:
+        tolerance = max(BACK_TO_BASELINE_MIN_BYTES, int(loaded_level * BACK_TO_BASELINE_FRACTION))
+        back = (after - after_first) <= tolerance
+    fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "model": model, "prompt_tokens": evaluated,
+            "sent_tokens": sent, "peak": step.peak, "back_to_baseline": back, "ok": ok, "error": error,
+            "truncated": truncated, "oom": oom, "placement": placement}
+    result.charts.append(step.chart())
+    result.facts.append(fact)
+    result.rows.append({"tier": name, "num_ctx": num_ctx, "sent tokens": sent, "evaluated": evaluated,
+                        "after load": loaded_level if load.ok else None, "peak": step.peak,
+                        "released": back, "truncated": truncated, "ok": ok,
+                        "error": (error or "")[:60] or None})
+    return fact

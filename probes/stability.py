@@ -15,7 +15,7 @@ import time
 import uuid
 
 from probes import coherence
-from probes.base import ProbeEnv, ProbeResult, restoring, sampled, timed
+from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, timed
 from probes.texts import stability_task
 
 NUM_PREDICT = 256
@@ -63,7 +63,19 @@ def run(env: ProbeEnv, config: dict, previous: dict | None = None, num_predict: 
     options = options_for(config, num_predict)
     parallel = max(1, int(config.get("max_concurrency") or 1))
     result = ProbeResult("stability", ok=False)
-    with restoring(env):
+    kv = str(config.get("kv_cache") or "f16")
+    wanted_env = {"OLLAMA_NUM_PARALLEL": str(parallel), "OLLAMA_KV_CACHE_TYPE": kv,
+                  "OLLAMA_FLASH_ATTENTION": "1" if kv != "f16" else "0"}
+    with restoring(env), server_settings(env, wanted_env) as applied:
+        if not applied:
+            # a user's server runs with its own settings: the config cannot be verified here
+            settings = " ".join(f"{k}={v}" for k, v in wanted_env.items())
+            result.error = f"not verified: restart Ollama with {settings} and run the check again"
+            result.notes.append(result.error)
+            result.facts.append({"kind": "stability", "config": dict(config), "eval_count": None,
+                                 "done_reason": None, "ok": False, "truncated": False, "repeated": False,
+                                 "errors": [result.error], "regression": False})
+            return result
         if prompt_tokens is None:
             # the task's own token count, measured with room to spare, so a cut prompt is visible
             probe_gen = env.api.generate(model, f"[{uuid.uuid4().hex[:6]}]\n" + task,

@@ -1,0 +1,132 @@
+"""End to end on every shipped scenario: ``oomvet diagnose --simulate ...
+--answers ... --auto --json`` must find the documented cause, apply remedies
+in the method's order (context, then quantization, then backend) and end
+with a config that fits the simulated device by the memory model.
+
+The expected outcomes are the ones written in docs/scenarios.md; the
+simulator's side of them is checked without diagnose in
+tests/test_sim_scenarios.py.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from probes import memmodel
+from probes.sim.scenario import load_scenario
+from probes.units import parse_size
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+TIMEOUT_S = 600
+
+STAGE_OF_KNOB = {
+    **dict.fromkeys(("num_ctx", "max_context_len", "context"), "context"),
+    **dict.fromkeys(("quant", "quant_type", "quantization", "model", "tag"), "quant"),
+    **dict.fromkeys(("num_batch", "max_batch_size", "num_parallel", "max_concurrency", "kv_cache_type",
+                     "kv_cache", "kv_cache_off", "flash_attention", "OLLAMA_NUM_PARALLEL",
+                     "OLLAMA_KV_CACHE_TYPE", "OLLAMA_FLASH_ATTENTION"), "backend"),
+}
+STAGE_ORDER = ("context", "quant", "backend")
+
+# scenario -> what docs/scenarios.md promises
+EXPECT = {
+    "weights": {"cause": "weights", "exit": (0,), "stages": {"quant"}, "quant_type": "Q4_K_M",
+                "model": "neohorse-1:q4_K_M", "ctx": (8192, 8192)},
+    "kv_cache": {"cause": "kv_cache", "exit": (0,), "stages": {"context"}, "no_stages": {"quant"},
+                 "quant_type": "Q4_K_M", "ctx": (8192, 11520)},
+    "kv_cache_keep_context": {"cause": "kv_cache", "exit": (0,), "stages": {"quant"}, "no_stages": {"context"},
+                              "quant_type": "Q3_K_M", "model": "neohorse-1:q3_K_M", "ctx": (32768, 32768)},
+    "concurrency": {"cause": "concurrency", "exit": (0,), "stages": {"backend"}, "no_stages": {"context"},
+                    "quant_type": "Q4_K_M", "ctx": (4096, 4096), "concurrency": 2},
+    "not_released": {"cause": "not_released", "exit": (0, 1), "quant_type": "Q4_K_M", "ctx": (4096, 4096)},
+    "not_memory": {"cause": "not_memory", "exit": (0,), "quant_type": "Q4_K_M", "ctx": (8192, 8192)},
+}
+
+
+def diagnose(name: str, out_dir: Path) -> tuple[int, dict, str]:
+    argv = [sys.executable, "-m", "assistant", "diagnose",
+            "--simulate", str(SCENARIOS / f"{name}.yaml"),
+            "--answers", str(SCENARIOS / f"{name}.answers.yaml"),
+            "--auto", "--json", "--out", str(out_dir)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT,
+                          env={**_env(), "OOMVET_LANG": "en"})
+    if "invalid choice: 'diagnose'" in proc.stderr:
+        pytest.fail("`oomvet diagnose` is not built yet (assistant/cmd_diagnose.py)")
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"diagnose did not print one JSON object (exit {proc.returncode}):\n"
+                    f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-2000:]}")
+    return proc.returncode, report, proc.stderr
+
+
+def _env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("OLLAMA_")}
+
+
+def change_stages(steps: list[dict]) -> list[str]:
+    """The stage of every ``change`` step, in order; an unknown knob fails the
+    test, so the steps' vocabulary stays the one this file knows."""
+    stages = []
+    for step in steps:
+        if step.get("action") != "change":
+            continue
+        knob = step.get("knob") or step.get("change")
+        assert knob in STAGE_OF_KNOB, f"change step with an unknown knob: {step}"
+        stages.append(STAGE_OF_KNOB[knob])
+    return stages
+
+
+def fits(scenario_name: str, config: dict, budget: str | None) -> tuple[bool, str]:
+    """Does ``config`` fit the scenario's device, predicted by the memory model?"""
+    scn = load_scenario(SCENARIOS / f"{scenario_name}.yaml")
+    model = scn.find(config["model"])
+    assert model is not None, f"config model {config['model']!r} is not in the scenario"
+    limit = scn.device.total_bytes - scn.device.used_by_others_bytes
+    if budget:
+        limit = min(limit, parse_size(budget))
+    kv = (config.get("kv_cache") or "f16").lower()
+    kv = kv if kv in ("f16", "q8_0", "q4_0") else "f16"
+    p = memmodel.place(model.arch, model.weights_bytes, int(config["max_context_len"]),
+                       int(config.get("max_concurrency") or 1), int(config.get("max_batch_size") or 512),
+                       kv, limit)
+    return p.full_gpu and p.size_vram_bytes <= limit, f"{p} vs limit {limit}"
+
+
+@pytest.mark.parametrize("name", list(EXPECT))
+def test_diagnose_finds_the_cause_in_order_and_a_config_that_fits(name, tmp_path):
+    expect = EXPECT[name]
+    answers = yaml.safe_load((SCENARIOS / f"{name}.answers.yaml").read_text())
+    rc, report, stderr = diagnose(name, tmp_path)
+
+    assert report["diagnosis"]["cause"] == expect["cause"], stderr[-2000:]
+    assert rc in expect["exit"], f"exit {rc}: {stderr[-2000:]}"
+    assert report["verified"] is (rc == 0)
+
+    stages = change_stages(report["steps"])
+    firsts = [stages.index(s) for s in STAGE_ORDER if s in stages]
+    assert firsts == sorted(firsts), f"remedies out of order: {stages}"
+    assert expect.get("stages", set()) <= set(stages), f"expected {expect.get('stages')} among {stages}"
+    assert not (expect.get("no_stages", set()) & set(stages)), f"unexpected remedy in {stages}"
+
+    config = report["config"]
+    for key in ("model", "max_context_len", "max_batch_size", "max_concurrency", "quant_type", "kv_cache",
+                "gpu_memory_utilization"):
+        assert key in config, f"config lacks {key}"
+    assert config["quant_type"].upper() == expect["quant_type"]
+    if "model" in expect:
+        assert config["model"] == expect["model"]
+    low, high = expect["ctx"]
+    assert low <= int(config["max_context_len"]) <= high
+    if "concurrency" in expect:
+        assert int(config["max_concurrency"]) == expect["concurrency"]
+    ok, why = fits(name, config, answers.get("budget"))
+    assert ok, f"final config does not fit: {why}"
