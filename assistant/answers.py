@@ -23,6 +23,7 @@ MSG = catalog({
                         "zh": "答案文件 {path} 必须是“键: 值”的映射"},
     "answers.unknown": {"en": "answers file {path}: unknown key {key!r} (known: {known})",
                         "zh": "答案文件 {path}：未知的键 {key!r}（可用：{known}）"},
+    "answers.what.text": {"en": "text", "zh": "文本"},
     "answers.bad": {"en": "answers file {path}: {key} = {value!r} is not {what}",
                     "zh": "答案文件 {path}：{key} = {value!r} 不是{what}"},
 })
@@ -62,7 +63,7 @@ def load_answers(path: str | Path | None) -> dict:
         elif key == "lang" and value not in ("en", "zh"):
             raise UsageError(t("answers.bad", path=p, key=key, value=value, what="en / zh"))
         elif key in ("symptom", "model") and not isinstance(value, str):
-            raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what("text")))
+            raise UsageError(t("answers.bad", path=p, key=key, value=value, what=t("answers.what.text")))
         out[key] = value
     return out
 

@@ -46,7 +46,7 @@ def get_lang() -> str:
     return _current["lang"] or default_lang()
 
 
-def t(key: str, lang: str | None = None, **values) -> str:
+def t(key: str, lang: str | None = None, /, **values) -> str:
     """The message ``key`` in ``lang`` (default: the current language), formatted."""
     texts = _MESSAGES.get(key)
     if texts is None:

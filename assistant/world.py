@@ -75,7 +75,7 @@ def open_world(args, log=None) -> Iterator[World]:
     stop whatever was started on the way out, Ctrl-C included."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
     with contextlib.ExitStack() as stack:
-        budget = parse_budget(args.budget) if getattr(args, "budget", None) else None
+        budget = parse_budget(args.budget) if getattr(args, "budget", None) is not None else None
         nvml_lib = smi_runner = None
         server_pid = None
         if getattr(args, "simulate", None):

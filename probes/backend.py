@@ -106,7 +106,7 @@ def _measure(env: ProbeEnv, model: str, settings: dict, cost, label: str, result
         load = env.api.load(model, {"num_ctx": num_ctx, "num_batch": num_batch})
         spilled = spill_error(env, model) if load.ok else None
         gens = []
-        if load.ok and not spilled:
+        if load.ok and not spilled and not step.over_limit():  # over at load: the load is the OOM
             step.mark("request")
             gens = [None] * requests
             threads = [threading.Thread(target=lambda i=i: gens.__setitem__(

@@ -154,6 +154,7 @@ class Step:
     sampler: Sampler
     limit_bytes: int | None
     started: float = field(default_factory=time.monotonic)
+    _seen_max: int = 0  # the highest reading taken through now(), between sampler ticks
 
     def now(self) -> int:
         """The model's usage now (reading minus idle); a reading the source
@@ -162,6 +163,7 @@ class Step:
         if used is None:
             timeline = self.sampler.timeline
             used = timeline[-1][1] if timeline else self.idle_bytes
+        self._seen_max = max(self._seen_max, used)
         return used - self.idle_bytes
 
     def mark(self, label: str) -> None:
@@ -172,8 +174,8 @@ class Step:
 
     @property
     def peak(self) -> int:
-        peak = self.sampler.peak_bytes
-        return max(0, (peak if peak is not None else self.idle_bytes) - self.idle_bytes)
+        peak = max(self.sampler.peak_bytes or 0, self._seen_max, self.idle_bytes)
+        return peak - self.idle_bytes
 
     def over_limit(self) -> bool:
         return self.limit_bytes is not None and self.peak > self.limit_bytes

@@ -133,7 +133,7 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
         spilled = spill_error(env, model) if load.ok else None
         gen = None
         after_first = None
-        if load.ok and not spilled:
+        if load.ok and not spilled and not step.over_limit():  # over at load: the load is the OOM
             step.mark("request")
             gen = env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
             step.mark("done")

@@ -69,7 +69,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                 weights = step.now() if load.ok else None
                 spilled = spill_error(env, tag) if load.ok else None
                 gen = None
-                if load.ok and not spilled:
+                if load.ok and not spilled and not step.over_limit():  # over at load: the load is the OOM
                     step.mark("request")
                     gen = env.api.generate(tag, task, options)
             ok = load.ok and gen is not None and gen.ok and not step.over_limit()
