@@ -159,6 +159,16 @@ class AutoUI:
             value = parse_size(value)
         return value
 
+    def go_back(self, previous: list) -> None:
+        """Answer the previous question again; the rules take the newest answer."""
+        if not previous:
+            self.console.print(t("ui.back.none"))
+            return
+        question, _ = previous[-1]
+        value = self.ask(question, "")
+        if self.advisor is not None:
+            self.advisor.post({"kind": "answer", "question": question, "value": value})
+
     def consent(self, step: dict) -> bool:
         return True
 
@@ -278,14 +288,7 @@ class ChatUI:
                 self.history.append((question, None))
                 return None
             if line.strip() == "/back":
-                if not previous:
-                    self.console.print(t("ui.back.none"))
-                    continue
-                # answer the earlier question again; the rules take the newest answer
-                prev_q, _ = previous[-1]
-                value = self.ask(prev_q, "")
-                if self.session is not None and hasattr(self.advisor, "post"):
-                    self.advisor.post({"kind": "answer", "question": prev_q, "value": value})
+                self.go_back(previous)
                 continue
             try:
                 value = parse_answer(question, line)
@@ -294,6 +297,16 @@ class ChatUI:
                 continue
             self.history.append((question, value))
             return value
+
+    def go_back(self, previous: list) -> None:
+        """Answer the previous question again; the rules take the newest answer."""
+        if not previous:
+            self.console.print(t("ui.back.none"))
+            return
+        question, _ = previous[-1]
+        value = self.ask(question, "")
+        if self.advisor is not None:
+            self.advisor.post({"kind": "answer", "question": question, "value": value})
 
     def consent(self, step: dict) -> bool:
         if self.auto:
@@ -306,6 +319,9 @@ class ChatUI:
         while True:
             self.say(text)
             line = self.read(text).strip().lower()
+            if line == "/back":
+                self.go_back(list(self.history))
+                continue
             if line in ("", *YES):
                 return True
             if line in NO or line == "/skip":

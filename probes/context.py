@@ -148,7 +148,7 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
                 env.sleep(0.5, deadline)
         after = step.now()
     env.api.unload(model)
-    error = load.error if not load.ok else (spilled or (gen.error if not gen.ok else None))
+    error = load.error if not load.ok else (spilled or (gen.error if gen is not None and not gen.ok else None))
     oom = (not load.ok and load.oom) or bool(spilled) or (gen is not None and gen.oom) or step.over_limit()
     if step.over_limit() and not error:
         error = step.over_limit_text()

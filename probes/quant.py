@@ -18,7 +18,7 @@ from probes.errors import ModelNotFoundError
 from probes.memmodel import bits_per_weight
 from probes.texts import coherence_task
 
-NUM_PREDICT = 160
+NUM_PREDICT = 96
 GEN_OPTIONS = {"temperature": 0, "seed": 11, "num_predict": NUM_PREDICT}
 
 

@@ -18,7 +18,7 @@ from probes import coherence
 from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, timed
 from probes.texts import stability_task
 
-NUM_PREDICT = 256
+NUM_PREDICT = 128
 SEED = 42
 SHORTER_FRACTION = 0.8   # fewer than 80% of the previous run's tokens = shorter output
 

@@ -67,3 +67,12 @@ def test_lang_command_switches_the_conversation_language(tmp_path):
     assert "Language: English." not in screen
     assert "语言：中文。" in screen
     assert "再见" in screen
+
+
+def test_back_reanswers_the_previous_question_and_status_shows_progress(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path)],
+        ["neohorse-1:q4_K_M crashes with long prompts", "4k", "/back", "8k", "/status", "/quit"])
+    assert screen.count("How much context do you need, in tokens?") == 2
+    assert "model neohorse-1:q4_K_M; limit" in screen
+    assert "There is no earlier question" not in screen

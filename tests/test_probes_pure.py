@@ -92,7 +92,7 @@ def test_stability_regressions_against_the_previous_run():
 
 def test_stability_options_come_from_the_config():
     opts = options_for({"model": "m", "max_context_len": 4096, "max_batch_size": 256})
-    assert opts == {"num_predict": 256, "seed": 42, "temperature": 0, "num_ctx": 4096, "num_batch": 256}
+    assert opts == {"num_predict": 128, "seed": 42, "temperature": 0, "num_ctx": 4096, "num_batch": 256}
 
 
 @pytest.mark.parametrize("text,oom", [
