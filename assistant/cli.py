@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from assistant import __version__
 from assistant.errors import EXIT_USAGE, OomvetError
@@ -52,8 +54,16 @@ def _command_module(name: str):
 
 
 
+def _terminate(signum, frame):
+    # a plain kill must unwind like Ctrl-C: probes restore the server, the rig
+    # or simulator oomvet started is stopped, and no partial file is left
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         if _command_module("chat") is not None:

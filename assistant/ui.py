@@ -159,16 +159,6 @@ class AutoUI:
             value = parse_size(value)
         return value
 
-    def go_back(self, previous: list) -> None:
-        """Answer the previous question again; the rules take the newest answer."""
-        if not previous:
-            self.console.print(t("ui.back.none"))
-            return
-        question, _ = previous[-1]
-        value = self.ask(question, "")
-        if self.advisor is not None:
-            self.advisor.post({"kind": "answer", "question": question, "value": value})
-
     def consent(self, step: dict) -> bool:
         return True
 

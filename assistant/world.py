@@ -92,6 +92,7 @@ def open_world(args, log=None) -> Iterator[World]:
             server_pid = rig.server_pid
         else:
             api, control, kind = Ollama(host_from(args)), ForeignServer(), "ollama"
+            server_pid = local_server_pid(api.host)
         api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
         selection = select_reader(getattr(args, "memory_source", None), server_pid=server_pid,
                                   nvml_lib=nvml_lib, smi_runner=smi_runner)
@@ -104,6 +105,25 @@ def open_world(args, log=None) -> Iterator[World]:
                        hz=getattr(args, "hz", 20.0), timeout_s=getattr(args, "timeout", 900.0),
                        on_gpu=info.vendor in ("nvidia", "amd"))
         yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind, handles=[control])
+
+
+def local_server_pid(host: str) -> int | None:
+    """The pid listening on a loopback ``host``, so the host memory source
+    counts only that server's runners (not another Ollama on the machine)."""
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    parts = urlsplit(host)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or parts.port is None:
+        return None
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == parts.port and conn.pid:
+                return conn.pid
+    except (psutil.Error, OSError):
+        pass  # not allowed to look (unprivileged on some systems): count every runner
+    return None
 
 
 def require_model(args) -> str:

@@ -56,6 +56,9 @@ class ProbeEnv:
             self.progress(event, data)
 
     def used(self) -> int:
+        refresh = getattr(self.reader, "refresh", None)
+        if refresh is not None:
+            refresh()
         reading = self.reader.read()
         return int(reading.used_bytes or 0)
 
@@ -159,6 +162,9 @@ class Step:
     def now(self) -> int:
         """The model's usage now (reading minus idle); a reading the source
         could not give (n/a) falls back to the last value the sampler saw."""
+        refresh = getattr(self.sampler.reader, "refresh", None)
+        if refresh is not None:  # a runner started a moment ago must be counted now
+            refresh()
         used = self.sampler.reader.read().used_bytes
         if used is None:
             timeline = self.sampler.timeline

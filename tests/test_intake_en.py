@@ -5,27 +5,15 @@ from __future__ import annotations
 import pytest
 
 from assistant.intake import parse
+from tests.intake_table import GiB, observed, expect_in
 
-GiB = 1 << 30
-FIELDS = ("lang", "phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error", "keep_context")
+expect = expect_in('en')
 
 
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
     """Let a bug inside the parser surface instead of being turned into `unknown`."""
     monkeypatch.setenv("OOMVET_RAISE", "1")
-
-
-def expect(phase: str, **values) -> dict:
-    """Every field None unless named: a value the parser invents fails the row."""
-    out = dict.fromkeys(FIELDS)
-    out.update(lang="en", phase=phase, **values)
-    return out
-
-
-def observed(text: str) -> dict:
-    got = parse(text)
-    return {name: getattr(got, name) for name in FIELDS}
 
 
 CASES = [

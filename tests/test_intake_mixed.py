@@ -8,20 +8,7 @@ import pytest
 
 from assistant.intake import Intake, detect_lang, merge, normalise_model, parse
 from rules.facts import PHASES, validate
-
-GiB = 1 << 30
-FIELDS = ("lang", "phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error", "keep_context")
-
-
-def expect(lang: str, phase: str, **values) -> dict:
-    out = dict.fromkeys(FIELDS)
-    out.update(lang=lang, phase=phase, **values)
-    return out
-
-
-def observed(text: str) -> dict:
-    got = parse(text)
-    return {name: getattr(got, name) for name in FIELDS}
+from tests.intake_table import GiB, observed, expect
 
 
 @pytest.fixture

@@ -107,3 +107,18 @@ def test_stability_options_come_from_the_config():
 ])
 def test_oom_texts_from_ollama_and_cuda_are_recognised(text, oom):
     assert is_oom_text(text) is oom
+
+
+def test_numbers_the_reference_lost_are_not_held_against_a_lower_bit_tag():
+    reference = "Stop the worker with `systemctl stop worker@3` and check port 8080."
+    answer = "Stop the worker with `systemctl stop worker@3` and check port 8080 again."
+    assert coherence.check(answer, coherence_task(), reference, "stop").coherent
+    lost = "Stop the worker and check the port."
+    verdict = coherence.check(lost, coherence_task(), reference, "stop")
+    assert "numbers rewritten or lost: 3, 8080" in verdict.issues
+    assert "code span rewritten: systemctl stop worker@3" in verdict.issues
+
+
+def test_list_numbering_is_not_an_invented_number():
+    answer = GOOD + "\n5. Done.\n6. Log it.\n7. Close the ticket."
+    assert coherence.check(answer, coherence_task(), done_reason="stop").coherent

@@ -55,9 +55,9 @@ def test_budget_between_q8_0_and_f16_makes_f16_an_oom_and_not_q8_0(rig, weights)
 
 def test_context_probe_stops_at_the_first_tier_over_the_budget(rig, weights):
     # fits num_ctx 1024 with room for the request, not 4096 (+ 67 MiB of KV cache)
-    limit = weights["neohorse-1:q4_1"] + 40 * MiB
+    limit = weights["neohorse-1:q8_0"] + 40 * MiB
     env = rig_env(rig, limit_bytes=limit)
-    result = context.run(env, "neohorse-1:q4_1", tiers=[1024, 4096, 8192], fill=0.3)
+    result = context.run(env, "neohorse-1:q8_0", tiers=[1024, 4096, 8192], fill=0.3)
     tiers = [(f["name"], f["num_ctx"], f["ok"], f["oom"]) for f in result.facts]
     assert tiers == [("short", 1024, True, False), ("medium", 4096, False, True)], tiers
     assert "stopped at tier medium" in result.notes[-1]
@@ -65,7 +65,7 @@ def test_context_probe_stops_at_the_first_tier_over_the_budget(rig, weights):
 
 def test_prompt_longer_than_num_ctx_is_reported_as_truncated_not_memory(rig):
     env = rig_env(rig)
-    result = context.run(env, "neohorse-1:q4_1", tiers=[512], fill=1.6)
+    result = context.run(env, "neohorse-1:q8_0", tiers=[512], fill=1.6)
     fact = result.facts[0]
     assert fact["truncated"] is True
     assert fact["ok"] is True and fact["oom"] is False
@@ -74,7 +74,7 @@ def test_prompt_longer_than_num_ctx_is_reported_as_truncated_not_memory(rig):
 
 def test_two_requests_at_num_parallel_2_use_more_kv_than_one_at_1(rig):
     env = rig_env(rig)
-    result = backend.run(env, "neohorse-1:q4_1", "num_parallel", 2, num_ctx=2048)
+    result = backend.run(env, "neohorse-1:q8_0", "num_parallel", 2, num_ctx=2048)
     trial = result.facts[0]
     old_peak, new_peak = result.rows[0]["peak"], result.rows[1]["peak"]
     assert trial["applied"] and trial["ok"]
@@ -85,7 +85,7 @@ def test_two_requests_at_num_parallel_2_use_more_kv_than_one_at_1(rig):
 
 def test_stability_completes_and_a_too_small_num_predict_is_flagged_shorter(rig):
     env = rig_env(rig)
-    config = {"model": "neohorse-1:q4_1", "max_context_len": 2048, "max_batch_size": 512, "max_concurrency": 1}
+    config = {"model": "neohorse-1:q8_0", "max_context_len": 2048, "max_batch_size": 512, "max_concurrency": 1}
     first = stability.run(env, config, num_predict=96)
     fact = first.facts[0]
     assert fact["ok"] and fact["done_reason"] in ("stop", "length") and fact["eval_count"] > 0
