@@ -89,7 +89,7 @@ def open_world(args, log=None) -> Iterator[World]:
 
             rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}")))
             api, control, kind = Ollama(rig.host), rig.server, "rig"
-            server_pid = rig.server_pid
+            server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)
         else:
             api, control, kind = Ollama(host_from(args)), ForeignServer(), "ollama"
             server_pid = local_server_pid(api.host)

@@ -54,14 +54,15 @@ def is_unified_memory_host() -> bool:
 class HostReader:
     """Watches the Ollama runner processes (or any pid set) in host memory.
 
-    ``server_pid``: only runners descending from this process count.
+    ``server_pid``: only runners descending from this process count; a
+    callable returning the pid follows a server that oomvet restarts.
     ``pids``: watch exactly these pids instead of discovering runners.
     ``match``: decides from a cmdline whether a process is a runner.
     """
 
     name = "host"
 
-    def __init__(self, *, server_pid: int | None = None, pids: Iterable[int] | None = None,
+    def __init__(self, *, server_pid: int | Callable[[], int | None] | None = None, pids: Iterable[int] | None = None,
                  match: Matcher = is_ollama_runner, refresh_s: float = 0.5,
                  clock: Callable[[], float] = time.monotonic):
         self._server_pid = server_pid
@@ -126,10 +127,11 @@ class HostReader:
                 self._not_runner[pid] = created
 
     def _descends(self, proc: psutil.Process) -> bool:
-        if self._server_pid is None:
+        server_pid = self._server_pid() if callable(self._server_pid) else self._server_pid
+        if server_pid is None:
             return True
         try:
-            return any(p.pid == self._server_pid for p in proc.parents())
+            return any(p.pid == server_pid for p in proc.parents())
         except _GONE:
             return False
 

@@ -10,7 +10,7 @@ KV_PER_TOKEN = 30 * 2 * 64 * 3 * 2  # SmolLM2-135M f16: blocks x (Dk+Dv) x Hkv x
 
 
 def rig_env(rig, limit_bytes: int | None = None, **kw) -> ProbeEnv:
-    selection = select_reader(server_pid=rig.server_pid)
+    selection = select_reader(server_pid=lambda: rig.server_pid)  # follows restarts
     assert selection.reader.name == "host"
     return ProbeEnv(api=Ollama(rig.host), reader=selection.reader, limit_bytes=limit_bytes,
                     device=selection.reader.info(), control=rig.server, **kw)
