@@ -6,7 +6,6 @@ the chat shows each probe live and ends with the config files.
 """
 from __future__ import annotations
 
-import sys
 
 from rich.console import Console
 from rich.text import Text

@@ -6,13 +6,12 @@ user's Ollama, ``--rig``, ``--simulate``), printing a table or, with
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from rich.console import Console
 
-from assistant.i18n import catalog, get_lang, set_lang, t
+from assistant.i18n import catalog, set_lang, t
 from assistant.world import add_world_args, open_world, require_model
 from probes import backend, baseline, context, quant, stability
 from probes.units import fmt_size

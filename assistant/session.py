@@ -10,8 +10,6 @@ report writers need. The same loop serves the chat (a person answers) and
 """
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol

@@ -10,9 +10,7 @@ a second Ctrl-C quits. Every line printed comes from the i18n catalog.
 from __future__ import annotations
 
 import re
-import sys
 import threading
-import time
 from typing import Any, Callable, TextIO
 
 from rich.console import Console, Group
@@ -23,7 +21,6 @@ from rich.table import Table
 from rich.text import Text
 
 from assistant.i18n import catalog, get_lang, set_lang, t
-from assistant.intake import parse as parse_intake
 from probes.base import Cancelled, ProbeResult
 from probes.units import SizeError, fmt_size, parse_size
 

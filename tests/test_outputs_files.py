@@ -6,7 +6,6 @@ import io
 import os
 import re
 import shlex
-import stat
 
 import pytest
 
@@ -160,19 +159,6 @@ def test_a_folder_under_a_file_cannot_be_created_and_nothing_is_left(tmp_path):
     with pytest.raises(UsageError, match="cannot create the output folder"):
         write_outputs(tmp_path / "file" / "out", {"oomvet.yaml": "a: 1\n"})
     assert {p.name for p in tmp_path.iterdir()} == {"file"}
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_a_read_only_folder_is_one_line_and_nothing_written(tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
-    try:
-        with pytest.raises(UsageError, match="nothing was written"):
-            write_outputs(folder, render_files(doc_with()))
-        assert list(folder.iterdir()) == []
-    finally:
-        folder.chmod(stat.S_IRWXU)
 
 
 def test_a_folder_in_the_way_of_one_file_stops_all_of_them(tmp_path):

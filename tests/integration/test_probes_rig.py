@@ -1,7 +1,6 @@
 """The five probes against the rig's real Ollama, with real numbers."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
