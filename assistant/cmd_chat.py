@@ -71,7 +71,7 @@ def run(args, console: Console | None = None, stream=None) -> int:
         with open_world(args, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
             settle = args.settle if args.settle is not None else (5.0 if world.kind != "ollama" else 30.0)
             session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle)
-            session.transcript.append({"role": "user", "content": first})
+            session.transcript.add_user(first)
             outcome = session.run()
         doc, paths = deliver(args.out, outcome.result)
         console.print(t("chat.wrote", n=len(paths), out=args.out, names=", ".join(p.name for p in paths)),

@@ -60,7 +60,7 @@ def run(args) -> int:
         session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle,
                           answers=answers)
         if answers.get("symptom"):
-            session.transcript.append({"role": "user", "content": answers["symptom"]})
+            session.transcript.add_user(answers["symptom"])
         outcome = session.run()
     doc, paths = deliver(args.out, outcome.result)
     err.print(t("diagnose.wrote", n=len(paths), out=args.out, names=", ".join(p.name for p in paths)),

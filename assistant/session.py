@@ -19,6 +19,7 @@ from assistant.errors import EXIT_NO_FIT, EXIT_OK
 from assistant import ui as _ui  # noqa: F401  (registers the diagnosis sentences)
 from assistant.i18n import t
 from assistant.intake import Intake
+from assistant.intake_llm import Transcript
 from probes import backend, baseline, context, quant, stability
 from probes.base import Cancelled, ProbeResult
 from probes.units import fmt_size
@@ -58,7 +59,7 @@ class Session:
     lang: str = "en"
     settle_s: float = 30.0
     answers: dict = field(default_factory=dict)
-    transcript: list = field(default_factory=list)
+    transcript: Transcript = field(default_factory=Transcript)  # langchain-core messages
     steps: list = field(default_factory=list)
     charts: list = field(default_factory=list)
     probe_results: list = field(default_factory=list)
@@ -218,7 +219,7 @@ class Session:
             "facts": facts,
             "why": advisor.why(),
             "probes": self.charts,
-            "transcript": list(self.transcript),
+            "transcript": self.transcript.to_json(),
             "lang": self.lang,
         }
         self.ui.show("done", result=result)

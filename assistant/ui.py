@@ -227,7 +227,7 @@ class ChatUI:
                 except EOFError:
                     raise QuitSession() from None
             if self.session is not None:
-                self.session.transcript.append({"role": "user", "content": line})
+                self.session.transcript.add_user(line)
             handled = self._command(line.strip())
             if handled is None:
                 return line
@@ -384,7 +384,7 @@ class ChatUI:
     def say(self, text: str) -> None:
         self.console.print(Text("oomvet> ", style="bold magenta") + Text(text))
         if self.session is not None:
-            self.session.transcript.append({"role": "assistant", "content": text})
+            self.session.transcript.add_assistant(text)
 
     def show_why(self) -> None:
         chain = self.advisor.why() if self.advisor is not None else []

@@ -76,3 +76,12 @@ def test_back_reanswers_the_previous_question_and_status_shows_progress(tmp_path
     assert screen.count("How much context do you need, in tokens?") == 2
     assert "model neohorse-1:q4_K_M; limit" in screen
     assert "There is no earlier question" not in screen
+
+
+def test_the_transcript_is_kept_as_langchain_messages_and_lands_in_the_report(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--auto"],
+        ["neohorse-1:q4_K_M crashes with long prompts at 32k context", "no", *[""] * 6])
+    report = (tmp_path / "report.md").read_text()
+    assert "user: neohorse-1:q4_K_M crashes with long prompts at 32k context" in report
+    assert "assistant: " in report
