@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 from assistant import __version__
 from assistant.errors import EXIT_NO_FIT, EXIT_OK
 from assistant import ui as _ui  # noqa: F401  (registers the diagnosis sentences)
-from assistant.i18n import t
+from assistant.i18n import catalog, t
 from assistant.intake import Intake
 from assistant.intake_llm import Transcript
 from probes import backend, baseline, context, quant, stability
@@ -105,7 +105,7 @@ class Session:
                 value = self.ui.ask(step["question"], reason or step.get("reason") or "")
                 if step["question"] == "model" and value:
                     self.model = str(value)
-                self._record(step, summary=f"asked {step['question']}: {value!r}")
+                self._record(step, summary=t("session.asked", self.lang, question=step["question"], value=value))
                 step = advisor.post({"kind": "answer", "question": step["question"], "value": value})
             elif action == "probe":
                 step = self._probe(advisor, step)
@@ -117,7 +117,7 @@ class Session:
 
     def _probe(self, advisor: Advisor, step: dict) -> dict:
         if not self.ui.consent(step):
-            self._record(step, summary="skipped by the user", ok=None)
+            self._record(step, summary=t("session.skipped", self.lang), ok=None)
             return advisor.post({"kind": "probe_done", "probe": step["probe"], "ok": False,
                                  "error": "skipped by the user"})
         name, args = step["probe"], dict(step.get("args") or {})
@@ -125,20 +125,20 @@ class Session:
         work = self._probe_work(name, args, env)
         result = self._run(f"{name}", work, env)
         if result is None:  # cancelled: the server was restored; tell the rules it did not run
-            self._record(step, summary="stopped by the user", ok=None)
+            self._record(step, summary=t("session.stopped", self.lang), ok=None)
             return advisor.post({"kind": "probe_done", "probe": name, "ok": False, "error": "stopped by the user"})
         return self._post_result(advisor, step, name, result)
 
     def _change(self, advisor: Advisor, step: dict) -> dict:
         if not self.ui.consent(step):
-            self._record(step, summary="refused by the user", ok=None)
+            self._record(step, summary=t("session.refused", self.lang), ok=None)
             return advisor.post({"kind": "answer", "question": "refuse", "value": step.get("remedy") or step["knob"]})
         config = step["config"]
         env = self.world.env
         previous = self.last_stability
         result = self._run("stability", lambda: stability.run(env, config, previous=previous), env)
         if result is None:
-            self._record(step, summary="stopped by the user", ok=None)
+            self._record(step, summary=t("session.stopped", self.lang), ok=None)
             return advisor.post({"kind": "probe_done", "probe": "stability", "ok": False,
                                  "error": "stopped by the user"})
         return self._post_result(advisor, step, "stability", result)
@@ -176,7 +176,7 @@ class Session:
         for fact in result.facts:
             if fact["kind"] == "stability":
                 self.last_stability = fact
-        self._record(step, summary=_summary(result), ok=result.ok, peak=_peak(result), wall_s=result.wall_s,
+        self._record(step, summary=_summary(result, self.lang), ok=result.ok, peak=_peak(result), wall_s=result.wall_s,
                      notes=list(result.notes))
         self.ui.show("probe_result", result=result, step=step)
         next_step = advisor.post_many([*result.facts, {"kind": "probe_done", "probe": name, "ok": result.ok,
@@ -258,11 +258,22 @@ def _peak(result: ProbeResult) -> int | None:
     return max(peaks) if peaks else None
 
 
-def _summary(result: ProbeResult) -> str:
+def _summary(result: ProbeResult, lang: str) -> str:
     peak = _peak(result)
-    text = f"{result.name}: {'ok' if result.ok else 'failed'}"
+    text = t("session.ok" if result.ok else "session.failed", lang, name=result.name)
     if peak is not None:
-        text += f", peak {fmt_size(peak)}"
+        text += t("session.peak", lang, peak=fmt_size(peak))
     if result.error:
         text += f" — {result.error}"
     return text
+
+
+MSG = catalog({
+    "session.ok": {"en": "{name}: ok", "zh": "{name}：通过"},
+    "session.failed": {"en": "{name}: failed", "zh": "{name}：未通过"},
+    "session.peak": {"en": ", peak {peak}", "zh": "，峰值 {peak}"},
+    "session.asked": {"en": "asked {question}: {value!r}", "zh": "询问 {question}：{value!r}"},
+    "session.skipped": {"en": "skipped by the user", "zh": "用户跳过"},
+    "session.stopped": {"en": "stopped by the user", "zh": "用户中止"},
+    "session.refused": {"en": "refused by the user", "zh": "用户拒绝"},
+})

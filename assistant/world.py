@@ -64,7 +64,12 @@ class World:
     def device_fact(self) -> dict:
         info = self.selection.reader.info()
         reading = self.selection.reader.read()
-        return {"kind": "device", "name": info.name, "vendor": info.vendor, "total": int(info.total_bytes or 0),
+        total = int(info.total_bytes or 0)
+        if info.vendor == "cpu" and self.budget is not None:
+            # no GPU: the budget stands in for the card being planned for, so
+            # shares of the device (gpu_memory_utilization) are shares of it
+            total = int(self.limit.bytes)
+        return {"kind": "device", "name": info.name, "vendor": info.vendor, "total": total,
                 "used_idle": int(reading.used_bytes or 0), "unified": bool(info.unified),
                 "limit": int(self.limit.bytes), "source": info.source}
 

@@ -213,7 +213,7 @@ def ensure_ggufs(paths: RigPaths, log: Log = _stderr_log) -> dict[str, Path]:
     for level in ("F16", "Q8_0"):
         dst = paths.gguf_dir / f"SmolLM2-135M-Instruct.{level}.gguf"
         if not dst.is_file():
-            log(f"converting {SOURCE_FILE} to {level} (about a minute on 2 cores)...")
+            log(f"converting {SOURCE_FILE} to {level} (seconds to a minute)...")
             started = time.monotonic()
             convert_gguf(src, dst, level)
             log(f"wrote {dst.name} ({dst.stat().st_size / 2**20:.1f} MiB) in {time.monotonic() - started:.0f}s")
