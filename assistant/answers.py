@@ -53,12 +53,18 @@ def load_answers(path: str | Path | None) -> dict:
         if key in ("want_ctx", "want_parallel", "budget", "keep_context"):
             if isinstance(value, bool) != (key == "keep_context"):
                 raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key)))
-            if key != "keep_context":
+            if key == "budget":
+                try:
+                    parse_answer(key, str(value))  # checked here; kept as written (6GiB, 80%)
+                except ValueError:
+                    raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key))) from None
+                value = str(value)
+            elif key != "keep_context":
                 try:
                     value = parse_answer(key, str(value))
                 except ValueError:
                     raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key))) from None
-                if key != "budget" and (not isinstance(value, int) or value <= 0):
+                if not isinstance(value, int) or value <= 0:
                     raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key)))
         elif key == "lang" and value not in ("en", "zh"):
             raise UsageError(t("answers.bad", path=p, key=key, value=value, what="en / zh"))

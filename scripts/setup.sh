@@ -34,8 +34,8 @@ fi
 # the report test screenshots report.html in headless Chromium (Debian's package)
 if [ "${OOMVET_WITH_BROWSER:-}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-        echo "setup: installing Debian's chromium for the report screenshot test"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+        echo "setup: installing Debian's chromium (and a CJK font) for the report screenshot test"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei >/dev/null
     else
         echo "setup: chromium is not installed; the report screenshot test will skip (install Debian's chromium)" >&2
     fi
