@@ -41,5 +41,5 @@ if [ "${OOMVET_WITH_BROWSER:-}" = "1" ] && ! command -v chromium >/dev/null 2>&1
     fi
 fi
 if [ "${OOMVET_SKIP_RIG:-}" != "1" ]; then
-    .venv/bin/python scripts/rig.py setup
+    .venv/bin/python scripts/rig.py setup >&2  # progress on stderr: stdout stays for the command that follows
 fi
