@@ -24,6 +24,8 @@ MSG = catalog({
     "probe.limit": {"en": "memory limit: {limit} ({note})", "zh": "内存上限：{limit}（{note}）"},
     "probe.source": {"en": "memory source: {source} — {why}", "zh": "内存读数来源：{source} — {why}"},
     "probe.note": {"en": "note: {text}", "zh": "说明：{text}"},
+    "probe.bad_value": {"en": "--value must be a whole number above 0 for --knob num_batch / num_parallel, got {value!r}",
+                        "zh": "--knob 为 num_batch / num_parallel 时，--value 必须是大于 0 的整数，收到 {value!r}"},
     "probe.knob_needed": {"en": "the backend probe needs --knob and --value",
                           "zh": "backend 探测需要 --knob 和 --value 参数"},
 })
@@ -56,6 +58,8 @@ def run(args) -> int:
     if args.name == "backend" and (args.knob is None or args.value is None):
         from assistant.errors import UsageError
         raise UsageError(t("probe.knob_needed"))
+    if args.name == "backend" and args.knob != "kv_cache_type":
+        args.value = _positive_int(args.value)  # bad input is refused before anything is measured
     with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
         if not args.json:
             err.print(t("probe.source", source=world.selection.reader.name, why=world.selection.why))
@@ -86,8 +90,19 @@ def _dispatch(args, world, model):
     if args.name == "quant":
         return quant.run(env, model, num_ctx=args.num_ctx, allow_pull=args.allow_pull)
     if args.name == "backend":
-        value = args.value if args.knob == "kv_cache_type" else int(args.value)
-        return backend.run(env, model, args.knob, value, num_ctx=args.num_ctx, num_batch=args.num_batch)
+        return backend.run(env, model, args.knob, args.value, num_ctx=args.num_ctx, num_batch=args.num_batch)
     config = {"model": model, "max_context_len": args.num_ctx, "max_batch_size": args.num_batch,
               "max_concurrency": 1}
     return stability.run(env, config, num_predict=args.num_predict)
+
+
+def _positive_int(text: str) -> int:
+    from assistant.errors import UsageError
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(t("probe.bad_value", value=text))
+    return value

@@ -62,7 +62,6 @@ class Session:
     transcript: Transcript = field(default_factory=Transcript)  # langchain-core messages
     steps: list = field(default_factory=list)
     charts: list = field(default_factory=list)
-    probe_results: list = field(default_factory=list)
     last_stability: dict | None = None
 
     def run(self) -> Outcome:
@@ -171,7 +170,6 @@ class Session:
             return None
 
     def _post_result(self, advisor: Advisor, step: dict, name: str, result: ProbeResult) -> dict:
-        self.probe_results.append(result)
         self.charts.extend(c.to_dict() for c in result.charts)
         for fact in result.facts:
             if fact["kind"] == "stability":

@@ -13,8 +13,8 @@ import argparse
 import contextlib
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Iterator
 
 from assistant.errors import UsageError
 from probes.base import ProbeEnv
@@ -55,7 +55,6 @@ class World:
     limit: Limit
     budget: Budget | None
     kind: str                     # "ollama" | "rig" | "simulated"
-    handles: list[Any] = field(default_factory=list)
 
     @property
     def host(self) -> str:
@@ -109,7 +108,7 @@ def open_world(args, log=None) -> Iterator[World]:
         env = ProbeEnv(api=api, reader=selection.reader, limit_bytes=limit.bytes, device=info, control=control,
                        hz=getattr(args, "hz", 20.0), timeout_s=getattr(args, "timeout", 900.0),
                        on_gpu=info.vendor in ("nvidia", "amd"))
-        yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind, handles=[control])
+        yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind)
 
 
 def local_server_pid(host: str) -> int | None:

@@ -76,3 +76,10 @@ def test_nothing_fits_exits_1(tmp_path):
     proc = oomvet("diagnose", "--simulate", str(path), "--model", "neohorse-1:f16", "--auto",
                   "--out", str(tmp_path / "out"), "--json", timeout=600)
     assert proc.returncode == 1, proc.stderr[-2000:]
+
+
+def test_a_bad_backend_value_is_refused_before_reaching_the_server():
+    proc = oomvet("probe", "backend", "--model", "m", "--host", "http://127.0.0.1:9", "--knob", "num_batch",
+                  "--value", "lots")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("oomvet: --value must be a whole number above 0")
