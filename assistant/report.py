@@ -138,6 +138,7 @@ MSG = catalog({
     "chart.baseline": {"en": "baseline {size}", "zh": "基线 {size}"},
     "chart.peak": {"en": "peak {size}", "zh": "峰值 {size}"},
     "chart.limit": {"en": "limit {size}", "zh": "限制 {size}"},
+    "chart.limit_above": {"en": "limit {size}: far above, off the chart ↑", "zh": "限制 {size}：远在图表上方 ↑"},
     "chart.no_samples": {"en": "no samples recorded", "zh": "没有采样数据"},
 })
 
@@ -210,6 +211,21 @@ def report_files(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str,
     return files
 
 
+#: a limit more than this many times the chart's highest value is written, not drawn
+LIMIT_OFF_CHART_RATIO = 2.0
+
+
+def chart_top(data_top: float, limit: float | None) -> tuple[float, bool]:
+    """The y axis's top, and whether the limit is off the chart. A limit far
+    above the data (a 22 GiB card under a 400 MiB curve) would flatten the
+    curve to a line: the axis then follows the data and the limit is written
+    at the top edge instead of drawn."""
+    limit_off = limit is not None and data_top > 0 and limit > data_top * LIMIT_OFF_CHART_RATIO
+    if limit is None or limit_off:
+        return (data_top or 1), limit_off
+    return max(data_top, limit), False
+
+
 def chart_png(probe: Mapping[str, Any], lang: str = "en") -> bytes:
     """A PNG of memory over time for one probe, with baseline, peak and limit lines."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -222,8 +238,8 @@ def chart_png(probe: Mapping[str, Any], lang: str = "en") -> bytes:
     baseline, peak, limit = probe.get("baseline"), probe.get("peak"), probe.get("limit")
     if peak is None and timeline:
         peak = max(v for _, v in timeline)
-    values = [v for _, v in timeline] + [x for x in (baseline, peak, limit) if x is not None]
-    top = max(values) if values else 1
+    data = [v for _, v in timeline] + [x for x in (baseline, peak) if x is not None]
+    top, limit_off = chart_top(max(data) if data else 0, limit)
     unit, scale = ("GiB", float(1 << 30)) if top >= 2 * (1 << 30) else ("MiB", float(1 << 20))
 
     fig = Figure(figsize=(9.5, 3.6), dpi=100)
@@ -252,9 +268,12 @@ def chart_png(probe: Mapping[str, Any], lang: str = "en") -> bytes:
     if peak is not None:
         ax.axhline(peak / scale, color="#ff7f0e", linestyle=":", linewidth=1.6,
                    label=t("chart.peak", lang, size=fmt_size(peak)))
-    if limit is not None:
+    if limit is not None and not limit_off:
         ax.axhline(limit / scale, color="#d62728", linestyle="-", linewidth=1.6,
                    label=t("chart.limit", lang, size=fmt_size(limit)))
+    elif limit_off:
+        ax.annotate(t("chart.limit_above", lang, size=fmt_size(limit)), xy=(0.99, 0.985), xycoords="axes fraction",
+                    ha="right", va="top", fontsize=8, color="#d62728", **text_kw)
     x_lo, x_hi = ax.get_xlim()
     span = (x_hi - x_lo) or 1.0
     last_x, level = None, 0

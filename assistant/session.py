@@ -22,6 +22,7 @@ from assistant.intake import Intake
 from assistant.intake_llm import Transcript
 from probes import backend, baseline, context, quant, stability
 from probes.base import Cancelled, ProbeResult
+from probes.errors import ProbeError, ServerUnreachableError
 from probes.units import fmt_size
 from rules.engine import Advisor
 
@@ -63,6 +64,7 @@ class Session:
     steps: list = field(default_factory=list)
     charts: list = field(default_factory=list)
     last_stability: dict | None = None
+    broken: ProbeError | None = None   # the probe error that ended the session early
 
     def run(self) -> Outcome:
         advisor = Advisor()
@@ -162,10 +164,17 @@ class Session:
         raise RuntimeError(f"the rules asked for an unknown probe {name!r}")
 
     def _run(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult | None:
+        """The probe's result; None when the user stopped it. A probe that
+        breaks (the server went away, a model is missing, an unload never
+        finished) gives a failed result, and the session ends with what was
+        measured before it instead of losing everything."""
         try:
             return self.ui.run_probe(label, work, env)
         except Cancelled:
             return None
+        except ProbeError as exc:
+            self.broken = exc
+            return ProbeResult(label, ok=False, error=str(exc))
 
     def _post_result(self, advisor: Advisor, step: dict, name: str, result: ProbeResult) -> dict:
         self.charts.extend(c.to_dict() for c in result.charts)
@@ -175,9 +184,10 @@ class Session:
         self._record(step, summary=_summary(result, self.lang), ok=result.ok, peak=_peak(result), wall_s=result.wall_s,
                      notes=list(result.notes))
         self.ui.show("probe_result", result=result, step=step)
-        next_step = advisor.post_many([*result.facts, {"kind": "probe_done", "probe": name, "ok": result.ok,
-                                                       "error": result.error}])
-        return next_step
+        facts = [*result.facts, {"kind": "probe_done", "probe": name, "ok": result.ok, "error": result.error}]
+        if self.broken is not None:
+            facts.append({"kind": "stop", "reason": str(self.broken)})
+        return advisor.post_many(facts)
 
     def _record(self, step: dict, **extra) -> None:
         entry = {"n": len(self.steps) + 1, "action": step["action"]}
@@ -222,6 +232,8 @@ class Session:
             "lang": self.lang,
         }
         self.ui.show("done", result=result)
+        if isinstance(self.broken, ServerUnreachableError):
+            return Outcome(result, self.broken.exit_code)
         return Outcome(result, EXIT_OK if (verified and fits and config) else EXIT_NO_FIT)
 
     def _evidence(self, facts: list[dict]) -> dict:

@@ -68,8 +68,9 @@ class World:
             # no GPU: the budget stands in for the card being planned for, so
             # shares of the device (gpu_memory_utilization) are shares of it
             total = int(self.limit.bytes)
+        idle = reading.used_bytes
         return {"kind": "device", "name": info.name, "vendor": info.vendor, "total": total,
-                "used_idle": int(reading.used_bytes or 0), "unified": bool(info.unified),
+                "used_idle": None if idle is None else int(idle), "unified": bool(info.unified),
                 "limit": int(self.limit.bytes), "source": info.source}
 
 
@@ -98,8 +99,17 @@ def open_world(args, log=None) -> Iterator[World]:
             api, control, kind = Ollama(host_from(args)), ForeignServer(), "ollama"
             server_pid = local_server_pid(api.host)
         api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
-        selection = select_reader(getattr(args, "memory_source", None), server_pid=server_pid,
-                                  nvml_lib=nvml_lib, smi_runner=smi_runner)
+        blind = None
+        if kind == "ollama" and server_pid is None:
+            # no process of this machine serves that URL: this machine's memory says
+            # nothing about it, so take what the server reports and never call it measured
+            blind = (f"no process of this machine serves {api.host}: the figures are what that server "
+                     "reports in /api/ps, not measurements")
+            log(f"note: {blind}")
+            selection = remote_selection(api.host)
+        else:
+            selection = select_reader(getattr(args, "memory_source", None), server_pid=server_pid,
+                                      nvml_lib=nvml_lib, smi_runner=smi_runner)
         stack.callback(selection.reader.close)
         info = selection.reader.info()
         # memory a model already holds on the GPU is ours to reuse when probes reload it
@@ -107,8 +117,20 @@ def open_world(args, log=None) -> Iterator[World]:
         limit = resolve_limit(budget, info, selection.reader.read(), own_bytes=own)
         env = ProbeEnv(api=api, reader=selection.reader, limit_bytes=limit.bytes, device=info, control=control,
                        hz=getattr(args, "hz", 20.0), timeout_s=getattr(args, "timeout", 900.0),
-                       on_gpu=info.vendor in ("nvidia", "amd"))
+                       on_gpu=info.vendor in ("nvidia", "amd"), blind=blind)
         yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind)
+
+
+def remote_selection(host: str) -> Selection:
+    """The memory source for a server this machine cannot see: its own /api/ps."""
+    from probes.memory.ollama_ps import OllamaPsReader
+    from probes.memory.select import SourceStatus
+
+    reader = OllamaPsReader(host, field="size")
+    usable, reason = reader.probe()
+    return Selection(reader, (SourceStatus(reader.name, usable, reason),),
+                     "ollama-ps: the server is not on this machine, so only what it reports can be read",
+                     "remote")
 
 
 def local_server_pid(host: str) -> int | None:

@@ -162,24 +162,31 @@ class ProbeResult:
             table.add_column("")
             table.add_column("")
             for col in columns:
-                table.add_row(col, _cell(self.rows[0].get(col)))
+                table.add_row(col, _cell(self.rows[0].get(col), col))
             if self.error:
                 table.caption = self.error
             return table
         for col in columns:
             table.add_column(col, overflow="fold")
         for row in self.rows:
-            table.add_row(*(_cell(row.get(col)) for col in columns))
+            table.add_row(*(_cell(row.get(col), col) for col in columns))
         if self.error:
             table.caption = self.error
         return table
 
 
-def _cell(value) -> str:
+#: row keys whose values are bytes (or bytes per minute): always shown as sizes,
+#: so a small peak reads "464.00 KiB", never 475136
+SIZE_KEYS = frozenset({"peak", "idle", "after load", "settled", "limit", "weights", "ollama size", "drift/min"})
+
+
+def _cell(value, key: str = "") -> str:
     if value is None:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if key in SIZE_KEYS and isinstance(value, (int, float)):
+        return fmt_size(int(value)) + ("/min" if key == "drift/min" else "")
     if isinstance(value, int) and abs(value) >= 1 << 20:
         return fmt_size(value)
     if isinstance(value, float):

@@ -70,7 +70,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "name": _f(str),
         "vendor": _f(str),  # nvidia / amd / apple / cpu / simulated
         "total": _f(int),
-        "used_idle": _f(int),
+        "used_idle": _f(int, _NONE),   # None: the idle reading failed
         "unified": _f(bool),
         "limit": _f(int, required=False),  # min(budget, what the device can give)
         "source": _f(str, required=False),
@@ -167,6 +167,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "refusal": {
         "remedy": _f(str, choices=REMEDIES),
         "text": _f(str, _NONE, required=False),
+    },
+    # the session cannot go on (the server went away, a probe broke in a way
+    # that leaves nothing to measure): the rules end with what was measured
+    "stop": {
+        "reason": _f(str),
     },
     "diagnosis": {
         "cause": _f(str, choices=CAUSES),

@@ -231,6 +231,10 @@ with ruleset(RULESET):
     def note_refusal(st, f):
         S.note_refusal(st, f)
 
+    @_reads(10, m.kind == "stop", en="the session must stop: {reason}", zh="会话必须停止：{reason}")
+    def note_stop(st, f):
+        st["stop_reason"] = f["reason"]
+
     @_reads(10, (m.kind == "probe_done") & (m.probe == c.st.awaiting) & (m.ok == False),  # noqa: E712
             state=s.awaiting != "none", en="probe {probe} broke off: {error}", zh="探针 {probe} 中途失败：{error}")
     def probe_broke_off(st, f):
@@ -491,6 +495,14 @@ with ruleset(RULESET):
               en="Too many steps: stopping with what was measured.", zh="步骤过多：按已测得的结果停止。")
     def step_limit_reached(st):
         return S.done(st, False, "step_limit")
+
+    @_decides(99, (s.stage != "done") & (s.stop_reason != ""),
+              en="The session cannot go on; it ends with what was measured so far.",
+              zh="会话无法继续；以迄今测得的结果结束。")
+    def stop_with_what_was_measured(st):
+        st["awaiting"] = "none"
+        st["waiting_answer"] = False
+        return S.done(st, st["has_config"], "broken_off")
 
     @_waits(101, s.stage == "done", why="the session is done", why_zh="会话已结束")
     def session_finished(st):

@@ -100,6 +100,7 @@ def initial_state(sid: str, max_steps: int = T.MAX_STEPS) -> dict:
         "retest_why": [],           # why the latest retest regressed against the one before
         "last_retest": {},          # the previous retest, what the next one is compared with
         "unmeasured_why": "",       # the latest reason a reading was not a measurement
+        "stop_reason": "",          # why the session must end now (a `stop` fact)
         "confirm_failed": False,
         # the session's decisions so far
         "config": {},
@@ -268,7 +269,8 @@ def note_target(st: dict, f: dict) -> None:
 def note_device(st: dict, f: dict) -> None:
     st["has_device"] = True
     st["vendor"] = f["vendor"]
-    st["gpu"] = f["vendor"] != "cpu"
+    # "unknown": a server on another machine, whose device only its own /api/ps describes
+    st["gpu"] = f["vendor"] not in ("cpu", "unknown")
     st["total"] = f["total"]
     st["device_limit"] = f.get("limit") or f["total"]
     if st["pending_q"] == "budget":
@@ -672,7 +674,8 @@ def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:
         cfg, verified = config, False
     unverified = None
     if not verified:
-        unverified = (st["unmeasured_why"] and f"the memory readings were not measurements: {st['unmeasured_why']}") \
+        unverified = (st["stop_reason"] and f"the session stopped: {st['stop_reason']}") \
+            or (st["unmeasured_why"] and f"the memory readings were not measurements: {st['unmeasured_why']}") \
             or ("no stability retest passed on this config" if cfg else "no config was measured within the limit")
     return {"action": "done", "cause": None if st["cause"] == "none" else st["cause"],
             "config": full_config(cfg), "verified": bool(verified), "fits": bool(fits) and bool(cfg),
@@ -795,6 +798,9 @@ ADVICE = {
     "not_released": ("Memory keeps growing while the model is idle, so it is not released between requests: update "
                      "Ollama, lower keep_alive, or restart the server between batches of work.",
                      "模型空闲时内存仍在增长，说明请求之间没有释放内存：请升级 Ollama、调小 keep_alive，或在批次之间重启服务。"),
+    "broken_off": ("The session stopped before the method was done; what was measured so far is reported "
+                   "(see the reason). Fix it and run the diagnosis again.",
+                   "会话在方法完成之前中止；报告迄今测得的结果（原因见说明）。解决后请重新诊断。"),
     "probe_failed": ("A probe produced no usable reading, so nothing could be measured within the limit.",
                      "探针没有得到可用的读数，因此无法在上限内测量出任何配置。"),
     "step_limit": ("The session stopped after too many steps without reaching a verified config.",

@@ -124,3 +124,11 @@ def test_numbers_the_reference_lost_are_not_held_against_a_lower_bit_tag():
 def test_list_numbering_is_not_an_invented_number():
     answer = GOOD + "\n5. Done.\n6. Log it.\n7. Close the ticket."
     assert coherence.check(answer, coherence_task(), done_reason="stop").coherent
+
+
+def test_sizes_in_probe_tables_are_always_formatted_even_small_ones():
+    from probes.base import _cell
+
+    assert _cell(475136, "peak") == "464.00 KiB"     # a raw 475136 once reached the chat
+    assert _cell(4096, "num_ctx") == "4096"          # counts stay counts
+    assert _cell(None, "peak") == "—"                # unmeasured is shown as such, never 0

@@ -122,3 +122,15 @@ def test_markdown_table_cells_escape_pipes():
     md = report_files(result, build_config(result))["report.md"]
     assert "a \\| b" in md
 
+
+
+def test_a_limit_far_above_the_curve_is_written_not_drawn_so_the_curve_stays_readable():
+    from assistant.report import chart_png, chart_top
+
+    MiB, GiB = 1 << 20, 1 << 30
+    assert chart_top(400 * MiB, 22 * GiB) == (400 * MiB, True)
+    assert chart_top(400 * MiB, 500 * MiB) == (500 * MiB, False)   # near the data: drawn
+    assert chart_top(0, 22 * GiB) == (22 * GiB, False)             # nothing measured: the limit is all there is
+    png = chart_png({"name": "s", "baseline": 0, "peak": 306 * MiB, "limit": 22 * GiB,
+                     "timeline": [[0.0, 300 * MiB], [1.0, 306 * MiB]]})
+    assert png.startswith(b"\x89PNG")

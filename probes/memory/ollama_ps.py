@@ -96,14 +96,20 @@ def fetch_ps(host: str | None = None, *, client: Any = None, timeout_s: float = 
 
 
 class OllamaPsReader:
-    """/api/ps as a reader, for listing beside the measurement; ``used`` is the
-    sum of ``size_vram`` (Ollama's estimate of its GPU share)."""
+    """/api/ps as a reader: for listing beside the measurement, and the only
+    source for a server on another machine. ``used`` sums ``size_vram`` (the
+    GPU share) or, with ``field="size"``, ``size`` (the model's memory on every
+    device). What it returns is what the server reports, never a measurement
+    of this machine: the probes mark such figures as not measured."""
 
     name = "ollama-ps"
 
-    def __init__(self, host: str | None = None, *, client: Any = None):
+    def __init__(self, host: str | None = None, *, client: Any = None, field: str = "size_vram"):
+        if field not in ("size", "size_vram"):
+            raise ValueError(f"field must be size or size_vram, not {field!r}")
         self._host = host
         self._client = client
+        self._field = field
 
     def _estimates(self) -> list[OllamaEstimate]:
         return ollama_estimate(fetch_ps(self._host, client=self._client))
@@ -123,8 +129,8 @@ class OllamaPsReader:
             models = self._estimates()
         except ServerUnreachableError:
             return Reading(time.monotonic(), None, None, None)
-        vram = [m.size_vram_bytes for m in models]
-        used = sum(vram) if None not in vram else None
+        sizes = [m.size_bytes if self._field == "size" else m.size_vram_bytes for m in models]
+        used = sum(sizes) if None not in sizes else None
         return Reading(time.monotonic(), used, None, None)
 
     def processes(self) -> list[ProcessUsage]:
