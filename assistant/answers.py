@@ -14,7 +14,8 @@ from assistant.errors import UsageError
 from assistant.i18n import catalog, t
 from assistant.ui import parse_answer
 
-KEYS = ("symptom", "want_ctx", "want_parallel", "keep_context", "budget", "lang", "model")
+KEYS = ("symptom", "want_ctx", "want_parallel", "keep_context", "keep_concurrency", "budget", "lang", "model")
+YES_NO_KEYS = ("keep_context", "keep_concurrency")
 
 MSG = catalog({
     "answers.missing": {"en": "answers file {path} does not exist", "zh": "答案文件 {path} 不存在"},
@@ -50,8 +51,8 @@ def load_answers(path: str | Path | None) -> dict:
         if value is None:
             out[key] = None
             continue
-        if key in ("want_ctx", "want_parallel", "budget", "keep_context"):
-            if isinstance(value, bool) != (key == "keep_context"):
+        if key in ("want_ctx", "want_parallel", "budget", *YES_NO_KEYS):
+            if isinstance(value, bool) != (key in YES_NO_KEYS):
                 raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key)))
             if key == "budget":
                 try:
@@ -59,7 +60,7 @@ def load_answers(path: str | Path | None) -> dict:
                 except ValueError:
                     raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key))) from None
                 value = str(value)
-            elif key != "keep_context":
+            elif key not in YES_NO_KEYS:
                 try:
                     value = parse_answer(key, str(value))
                 except ValueError:
@@ -75,4 +76,6 @@ def load_answers(path: str | Path | None) -> dict:
 
 
 def _what(key: str) -> str:
-    return {"keep_context": t("ui.what.yesno"), "budget": t("ui.what.size")}.get(key, t("ui.what.number"))
+    if key in YES_NO_KEYS:
+        return t("ui.what.yesno")
+    return {"budget": t("ui.what.size")}.get(key, t("ui.what.number"))

@@ -86,8 +86,9 @@ class Session:
                     fact["want_ctx"] = int(self.answers["want_ctx"])
                 if self.answers.get("want_parallel") is not None and fact.get("want_parallel") is None:
                     fact["want_parallel"] = int(self.answers["want_parallel"])
-                if self.answers.get("keep_context") is not None and fact.get("keep_context") is None:
-                    fact["keep_context"] = bool(self.answers["keep_context"])
+                for key in ("keep_context", "keep_concurrency"):
+                    if self.answers.get(key) is not None and fact.get(key) is None:
+                        fact[key] = bool(self.answers[key])
                 fact["budget"] = self.world.limit.bytes if self.world.budget else fact.get("budget")
             facts.append(fact)
         facts.append(self.world.device_fact())

@@ -65,6 +65,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "want_parallel": _f(int, _NONE),
         "budget": _f(int, _NONE),
         "keep_context": _f(bool, _NONE, required=False),
+        "keep_concurrency": _f(bool, _NONE, required=False),
     },
     "device": {
         "name": _f(str),
