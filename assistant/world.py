@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from assistant.errors import UsageError
+from assistant.i18n import catalog, t
 from probes.base import ProbeEnv
 from probes.budget import Budget, Limit, parse_budget, resolve_limit
 from probes.memory.select import Selection, select_reader
@@ -24,6 +25,20 @@ from probes.ollama_api import Ollama
 from probes.server import ForeignServer
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
+
+MSG = catalog({
+    "world.blind": {
+        "en": "no Ollama process of this machine serves {host}: the figures are what that server reports "
+              "in /api/ps, not measurements, and no config can be verified from here",
+        "zh": "本机没有 Ollama 进程在提供 {host}：数据来自该服务器 /api/ps 的自报，并非实测，"
+              "因此从这里无法验证任何配置",
+    },
+    "world.cannot_see_listener": {
+        "en": "note: this machine does not let oomvet see which process listens on that port; "
+              "every Ollama runner of this machine is counted",
+        "zh": "注意：本机不允许 oomvet 查看是哪个进程在监听该端口；将统计本机所有 Ollama 运行进程",
+    },
+})
 
 
 def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = False) -> None:
@@ -97,15 +112,17 @@ def open_world(args, log=None) -> Iterator[World]:
             server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)
         else:
             api, control, kind = Ollama(host_from(args)), ForeignServer(), "ollama"
-            server_pid = local_server_pid(api.host)
+            server_pid = local_server(api.host)
         api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
         blind = None
-        if kind == "ollama" and server_pid is None:
+        if server_pid == UNKNOWN_PID:
+            log(t("world.cannot_see_listener"))
+            server_pid = None
+        elif kind == "ollama" and server_pid is None:
             # no process of this machine serves that URL: this machine's memory says
             # nothing about it, so take what the server reports and never call it measured
-            blind = (f"no process of this machine serves {api.host}: the figures are what that server "
-                     "reports in /api/ps, not measurements")
-            log(f"note: {blind}")
+            blind = t("world.blind", "en", host=api.host)  # the facts' language is English
+            log(t("world.blind", host=api.host))
             selection = remote_selection(api.host)
         else:
             selection = select_reader(getattr(args, "memory_source", None), server_pid=server_pid,
@@ -133,9 +150,17 @@ def remote_selection(host: str) -> Selection:
                      "remote")
 
 
-def local_server_pid(host: str) -> int | None:
-    """The pid listening on a loopback ``host``, so the host memory source
-    counts only that server's runners (not another Ollama on the machine)."""
+#: local_server() when this machine may not list listening sockets (an
+#: unprivileged user on macOS): a loopback server is then taken as local
+UNKNOWN_PID = -1
+
+
+def local_server(host: str) -> int | None:
+    """The pid of the ``ollama serve`` listening on a loopback ``host``, so the
+    host memory source counts only that server's runners (not another Ollama
+    on the machine); :data:`UNKNOWN_PID` when the sockets cannot be listed;
+    None when no Ollama of this machine serves that URL (another host, or a
+    proxy or tunnel in front of one: its figures are not this machine's)."""
     from urllib.parse import urlsplit
 
     import psutil
@@ -146,10 +171,22 @@ def local_server_pid(host: str) -> int | None:
     try:
         for conn in psutil.net_connections(kind="tcp"):
             if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == parts.port and conn.pid:
-                return conn.pid
+                return conn.pid if _is_ollama_server(conn.pid) else None
     except (psutil.Error, OSError):
-        pass  # not allowed to look (unprivileged on some systems): count every runner
+        return UNKNOWN_PID
     return None
+
+
+def _is_ollama_server(pid: int) -> bool:
+    """``ollama serve`` (any path, ``ollama.exe`` too)."""
+    import psutil
+
+    try:
+        cmd = psutil.Process(pid).cmdline()
+    except (psutil.Error, OSError):
+        return False
+    exe = (cmd[0].replace("\\", "/").rsplit("/", 1)[-1].lower() if cmd else "").removesuffix(".exe")
+    return exe == "ollama" and "serve" in cmd[1:2]
 
 
 def require_model(args) -> str:

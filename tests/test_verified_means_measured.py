@@ -118,3 +118,24 @@ def test_a_measured_session_on_the_same_scenario_is_verified():
     assert outcome.exit_code == 0, outcome.result["unverified"]
     assert outcome.result["verified"] is True and outcome.result["unverified"] is None
     assert all(f.get("measured") is not False for f in outcome.result["facts"])
+
+
+def test_a_url_no_ollama_of_this_machine_serves_is_not_local():
+    import socket
+
+    from assistant.world import local_server
+
+    with socket.socket() as sock:  # a proxy, a tunnel: something listens, but not Ollama
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        assert local_server(f"http://127.0.0.1:{sock.getsockname()[1]}") is None
+    assert local_server("http://gpu-box.example:11434") is None
+
+
+def test_a_server_elsewhere_is_read_from_its_own_api_ps_and_marked_blind():
+    from assistant.world import remote_selection
+
+    with open_world(_args("kv_cache.yaml"), log=lambda m: None) as world:
+        selection = remote_selection(world.host)
+        assert selection.reader.name == "ollama-ps" and selection.why_code == "remote"
+        assert selection.reader.read().used_bytes == 0  # nothing loaded: the server reports nothing held
