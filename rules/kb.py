@@ -44,10 +44,10 @@ RULES: dict[str, Rule] = {}
 
 DECIDE = m.kind == "_decide"
 
-#: error texts that mean out-of-memory even when a probe did not set ``oom``
-#: (CUDA, ROCm, Metal and Ollama's own scheduler messages, lower-cased)
-OOM_TEXT = ".*(out of memory|cudamalloc|failed to allocate|more system memory|insufficient memory" \
-           "|memory allocation failed|hipmalloc|outofmemory).*"
+#: failure kinds (rules/facts.py FAILURES) that mean memory ran out; the probes
+#: classify error texts and log lines with probes/oomtext.py and post the kind
+#: as ``failure``, so no rule reads an error text itself
+OOM_FAILURE = (m.failure == "startup_oom") | (m.failure == "runtime_oom") | (m.failure == "killed")
 
 
 #: size fields a reading note shows in GiB/MiB as ``<field>_h``
@@ -304,9 +304,9 @@ with ruleset(RULESET):
     def tier_out_of_memory(st, f):
         S.read_tier(st, f, "oom")
 
-    @_reads(31, TIER & (m.ok == False) & m.error.imatches(OOM_TEXT), state=AT_CONTEXT,  # noqa: E712
-            en="tier {name} ({num_ctx} tokens): the error says out of memory: {error}",
-            zh="档位 {name}（{num_ctx} token）：错误信息表明内存不足：{error}")
+    @_reads(31, TIER & (m.ok == False) & OOM_FAILURE, state=AT_CONTEXT,  # noqa: E712
+            en="tier {name} ({num_ctx} tokens): the failure is out of memory ({failure}, {oom_marker}): {error}",
+            zh="档位 {name}（{num_ctx} token）：失败属于内存不足（{failure}，{oom_marker}）：{error}")
     def tier_error_says_out_of_memory(st, f):
         S.read_tier(st, f, "oom")
 
