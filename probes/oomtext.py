@@ -60,7 +60,8 @@ _KERNEL_OOM = re.compile(r"out of memory: kill(?:ed)? process|invoked oom-killer
 
 #: settings the engine refuses: a fix in the config, not more memory
 _CONFIG = ("quantized v cache requires flash_attn", "unsupported cache type",
-           "kv cache type not supported by model")
+           "kv cache type not supported by model",
+           "error while handling environment variable")  # a LLAMA_ARG_* value llama-server refuses
 
 _ENGINE_MISSING = ("llama-server binary not found", "error starting llama-server")
 _NOT_FOUND = re.compile(r"model ['\"]?[^'\"]*['\"]? not found|not found, try pulling it first", re.I)

@@ -107,3 +107,11 @@ def test_generation_oom_and_failure_use_the_classifier():
     assert not gen.oom
     assert gen.failure(["ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 1"]).kind == "runtime_oom"
     assert Generation(ok=True).failure() is None
+
+
+def test_a_refused_llama_arg_variable_is_a_config_failure_seen_in_the_log():
+    # seen on the rig (v0.34.4): LLAMA_ARG_KV_OFFLOAD=<bad> makes llama-server exit 1 at start
+    log = ['error while handling environment variable "LLAMA_ARG_KV_OFFLOAD": invalid boolean value']
+    assert classify("llama-server process has terminated: exit status 1").kind == "crash"
+    failure = classify("llama-server process has terminated: exit status 1", log)
+    assert (failure.kind, failure.evidence, failure.oom) == ("config", "log", False)
