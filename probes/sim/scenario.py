@@ -19,6 +19,7 @@ import yaml
 
 from probes import memmodel
 from probes.errors import ProbeError
+from probes.serverinfo import engine_of
 from probes.units import SizeError, parse_size
 
 VENDORS = ("nvidia", "amd", "apple")
@@ -237,8 +238,7 @@ def _is_zero_size(value: Any) -> bool:
 
 
 def _is_current(version: str) -> bool:
-    parts = re.findall(r"\d+", str(version))[:2]
-    return len(parts) == 2 and (int(parts[0]), int(parts[1])) >= (0, 30)
+    return engine_of(version) == "llama-server"
 
 
 def _join(path: str, key: str) -> str:

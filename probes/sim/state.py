@@ -23,6 +23,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping
 
 from probes import memmodel
+from probes.serverinfo import engine_of
+from probes.serverinfo import vram_tier as vram_default_ctx
 from probes.sim import text as simtext
 from probes.sim.scenario import ModelSpec, Scenario
 
@@ -57,18 +59,7 @@ LLAMA_SERVER = "/usr/lib/ollama/llama-server"
 
 def is_current(version: str) -> bool:
     """Does this Ollama version run models in llama-server (v0.30 and later)?"""
-    parts = re.findall(r"\d+", str(version or ""))[:2]
-    major, minor = (int(parts[0]), int(parts[1])) if len(parts) == 2 else (0, 0)
-    return (major, minor) >= (0, 30)
-
-
-def vram_default_ctx(total_vram: int) -> int:
-    """v0.34.4's context for a request without num_ctx, from total VRAM minus overhead."""
-    if total_vram >= 47 * GIB:
-        return 262144
-    if total_vram >= 23 * GIB:
-        return 32768
-    return 4096
+    return engine_of(version) == "llama-server"
 
 CUBLAS_WORKSPACE_BYTES = 32 * MIB
 GPU_BANDWIDTH = {"nvidia": 300 * GIB, "amd": 300 * GIB, "apple": 200 * GIB}
