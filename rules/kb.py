@@ -889,7 +889,8 @@ with ruleset(RULESET):
 #       srv_fa, srv_kv_quant, srv_fit_target, srv_gpu_overhead  (server)    #
 #       log_backoff_old, log_backoff_new, log_runtime_oom, log_kv_needs_fa  #
 #       found_<finding>: the finding is recorded once                       #
-#       setup_problem: "engine_missing" when the engine binary is absent    #
+#       setup_problem: "engine_missing" (no engine binary) or              #
+#         "setting_refused" (the engine exited on a setting): not memory    #
 #       findings: [{key, en, zh}] the user must see (Advisor.diagnosis)     #
 #     Findings do not change the next step; they are recorded by            #
 #     interpreting rules that fire before the tree's own (priorities        #
@@ -903,6 +904,11 @@ CURRENT_ADVICE = {
                        "llama/server with its CMake preset) and run the check again.",
                        "Ollama 服务器没有推理引擎：找不到 llama-server 程序，所有加载都会失败。这是安装问题，不是内存问题："
                        "请安装 Ollama 官方打包版本（或用其 CMake 预设构建 llama/server），然后再检查一次。"),
+    "setting_refused": ("The model process refused a server setting and exited before loading (for example a "
+                        "quantized OLLAMA_KV_CACHE_TYPE with OLLAMA_FLASH_ATTENTION=0, or a LLAMA_ARG_* value it "
+                        "cannot read): fix that setting; memory is not the problem.",
+                        "模型进程拒绝了一项服务器设置，在加载前就退出了（例如量化的 OLLAMA_KV_CACHE_TYPE 配合 "
+                        "OLLAMA_FLASH_ATTENTION=0，或无法解析的 LLAMA_ARG_* 值）：请修正该设置；问题不在内存。"),
 }
 S.ADVICE.update(CURRENT_ADVICE)  # steps.issue reads advice texts from S.ADVICE
 
@@ -976,6 +982,11 @@ with _TREE:
     def load_engine_missing(st, f):
         st["setup_problem"] = "engine_missing"
 
+    @_reads(19, LOAD & (m.failure == "config"),
+            en="load of {model} failed: the engine refused a setting: {error}", zh="{model} 加载失败：引擎拒绝了一项设置：{error}")
+    def load_setting_refused(st, f):
+        st["setup_problem"] = "setting_refused"
+
     @_reads(29, TIER & (m.failure == "engine_missing"), state=AT_CONTEXT,
             en="tier {name}: the server has no llama-server binary", zh="档位 {name}：服务器缺少 llama-server 程序")
     def tier_engine_missing(st, f):
@@ -987,6 +998,12 @@ with _TREE:
               zh="服务器无法运行任何模型（缺少 llama-server 程序）：是安装问题，不是内存问题。")
     def engine_missing_is_a_setup_problem(st):
         return S.done(st, False, "engine_missing")
+
+    @_decides(104, (s.stage != "done") & (s.setup_problem == "setting_refused"),
+              en="The engine refused a server setting before loading: a setup problem, not memory.",
+              zh="引擎在加载前拒绝了一项服务器设置：是设置问题，不是内存问题。")
+    def refused_setting_is_a_setup_problem(st):
+        return S.done(st, False, "setting_refused")
 
     @_decides(105, CTX_DONE & (s.found_default_ctx == False) & (s.srv_default_ctx > 0)  # noqa: E712
               & (s.tier_mem_fail == True) & (s.tier_fail_ctx > 0),  # noqa: E712

@@ -110,3 +110,13 @@ def test_a_missing_engine_ends_as_a_setup_problem_not_weights():
     assert trace == ["probe:baseline", "done"]
     assert steps[-1]["advice"] == "engine_missing" and "llama-server" in steps[-1]["advice_en"]
     assert steps[-1]["advice_zh"] and steps[-1]["cause"] is None and not steps[-1]["fits"]
+
+
+def test_a_refused_setting_at_load_is_not_read_as_weights():
+    refused = load(ok=False, failure="config",
+                   error="llama-server process has terminated: exit status 1: llama_init_from_model: failed to "
+                         "initialize the context: quantized V cache requires flash_attn to be enabled")
+    adv, trace, steps = drive([symptom(), target(want_ctx=4096), device(),
+                               server(kv_cache_type="q8_0", flash_attention="off")], Script(baseline=[[refused]]))
+    assert trace == ["probe:baseline", "done"] and steps[-1]["advice"] == "setting_refused"
+    assert adv.diagnosis["cause"] is None and "kv_needs_fa" in keys(adv)

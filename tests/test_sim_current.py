@@ -133,3 +133,16 @@ def test_the_legacy_runtime_oom_leaves_other_models_and_logs_the_cuda_line():
     assert [r.model.tag for r in state.loaded()] == ["other:latest"]
     # a request still streaming from the dead runner gets the captured error, not the generic text
     assert state.died_error(runner) == err.value.text != CRASH
+
+
+def test_the_shipped_vram_tier_scenario_spills_at_its_default_and_fits_at_8192():
+    from pathlib import Path
+
+    from probes.sim.scenario import load_scenario
+
+    scn = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "vram_tier.yaml").with_timing(0, 0)
+    state = SimState(scn)
+    runner, _ = state.schedule("neohorse-1:q8_0", {}, None)
+    assert (runner.num_ctx, runner.placement.where) == (32768, "partial")
+    runner, _ = state.schedule("neohorse-1:q8_0", {"num_ctx": 8192}, None)
+    assert runner.placement.where == "gpu"
