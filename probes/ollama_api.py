@@ -18,25 +18,9 @@ import ollama
 
 from probes.errors import ModelNotFoundError, ProbeError, ServerUnreachableError
 
-# texts that mean memory ran out, from Ollama (v0.11.x) and the CUDA/ROCm/Metal runtimes
-OOM_MARKERS = (
-    "out of memory",
-    "cudamalloc failed",
-    "unable to allocate",
-    "requires more system memory",
-    "failed to allocate",
-    "insufficient memory",
-    "not enough memory",
-    "hipmalloc",
-    "kIOGPUCommandBufferCallbackErrorOutOfMemory".lower(),
-    "resource limitations",
-)
-
-
-def is_oom_text(text: str | None) -> bool:
-    """Does an error text from Ollama or the GPU runtime say memory ran out?"""
-    low = (text or "").lower()
-    return any(marker in low for marker in OOM_MARKERS)
+# one classifier for both engines' error texts (probes/oomtext.py); re-exported for callers
+# that still import it from here
+from probes.oomtext import Failure, classify, is_oom_text  # noqa: E402,F401
 
 
 def canonical_name(name: str) -> str:
@@ -87,7 +71,13 @@ class Generation:
 
     @property
     def oom(self) -> bool:
+        """The error text alone says memory ran out (see :meth:`failure` to add log lines)."""
         return not self.ok and is_oom_text(self.error)
+
+    def failure(self, log_lines=(), phase: str | None = None) -> Failure | None:
+        """What kind of failure this was, with the server log lines of this
+        load or request as evidence; None when it succeeded."""
+        return None if self.ok else classify(self.error, log_lines, phase)
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ class Advisor:
 
     @property
     def diagnosis(self) -> dict | None:
-        """``{"cause", "causes", "problem", "advice"}`` once a cause is found or
+        """``{"cause", "causes", "problem", "advice", "findings"}`` once a cause is found or
         the session is done, else ``None``."""
         st = self._state
         if st.get("cause", "none") == "none" and st.get("stage") != "done":
@@ -155,6 +155,8 @@ class Advisor:
             "causes": list(st.get("causes", [])),
             "problem": None if st.get("problem", "none") == "none" else st.get("problem"),
             "advice": st.get("advice") or None,
+            # what the user must see beside the cause (rules/kb.py section 13): [{key, en, zh}]
+            "findings": list(st.get("findings", [])),
         }
 
     def why(self) -> list[dict]:

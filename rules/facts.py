@@ -21,6 +21,16 @@ REMEDIES = ("context", "quant", "backend")
 # GPU is a memory shortage even without an error
 PLACEMENTS = ("gpu", "partial", "cpu", None)
 
+#: what a failed load or request was (probes/oomtext.py classifies; see there)
+FAILURES = ("startup_oom", "runtime_oom", "killed", "crash", "config", "not_found", "engine_missing",
+            "timeout", "busy", "error")
+#: the failures that mean memory ran out
+OOM_FAILURES = ("startup_oom", "runtime_oom", "killed")
+ENGINES = ("runner", "llama-server")
+#: why a request without num_ctx gets the context it gets
+DEFAULT_CTX_WHY = ("vram_tier", "env", "modelfile", "legacy_default")
+FLASH_ATTENTION = ("auto", "on", "off")
+
 _NUM = (int, float)
 _OPT = object()  # marker: optional field
 
@@ -94,6 +104,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # quantization level of the loaded tag (/api/ps details.quantization_level,
         # e.g. "Q8_0"); the config's quant_type comes from here, never a guess
         "level": _f(str, _NONE, required=False),
+        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
+        "oom_marker": _f(str, _NONE, required=False),
     },
     "tier": {
         **_HEALTH,
@@ -114,6 +126,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "loaded_bytes": _f(int, _NONE, required=False),
         "after_first_bytes": _f(int, _NONE, required=False),
         "after_second_bytes": _f(int, _NONE, required=False),
+        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
+        "oom_marker": _f(str, _NONE, required=False),
     },
     "quant_trial": {
         **_HEALTH,
@@ -127,6 +141,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "peak": _f(int, _NONE, required=False),
         "num_ctx": _f(int, _NONE, required=False),
         "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
+        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
+        "oom_marker": _f(str, _NONE, required=False),
     },
     "knob_trial": {
         **_HEALTH,
@@ -138,6 +154,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "error": _f(str, _NONE, required=False),
         "applied": _f(bool, required=False),  # False: a server knob we could not change
         "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
+        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
+        "oom_marker": _f(str, _NONE, required=False),
     },
     "stability": {
         **_HEALTH,
@@ -150,6 +168,44 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "errors": _f(list),
         "peak": _f(int, _NONE, required=False),
         "regression": _f(bool, required=False),
+        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
+        "oom_marker": _f(str, _NONE, required=False),
+    },
+    # the server oomvet talks to (probes/serverinfo.py). Every value it could
+    # not tell is None, with the reason in `unknown` (field -> why), never a guess
+    "server": {
+        "version": _f(str, _NONE),
+        "engine": _f(str, _NONE, choices=ENGINES + (None,)),
+        "engine_why": _f(str, _NONE, required=False),
+        # the context a request without num_ctx gets, and why
+        "default_ctx": _f(int, _NONE),
+        "default_ctx_why": _f(str, _NONE, choices=DEFAULT_CTX_WHY + (None,)),
+        "vram_total": _f(int, _NONE, required=False),     # what the VRAM tier was chosen from
+        "flash_attention": _f(str, _NONE, choices=FLASH_ATTENTION + (None,)),
+        "kv_cache_type": _f(str, _NONE),
+        "num_parallel": _f(int, _NONE),
+        "fit_target": _f(int, _NONE),                       # bytes llama.cpp's fit leaves free per device
+        "gpu_overhead": _f(int, _NONE, required=False),     # OLLAMA_GPU_OVERHEAD as set (bytes)
+        "local": _f(bool, _NONE),                           # a process of this machine serves it
+        "sizes": _f(str, _NONE, required=False, choices=("estimate", "measured", None)),  # /api/ps figures
+        "knobs": _f(dict, required=False),                  # knob -> what it does on this version
+        "unknown": _f(dict, required=False),                # field -> why it is None
+    },
+    # what the server log said about one load or request (probes/serverlog.py)
+    "log": {
+        "source": _f(str),                                  # a path, "journalctl -u ollama", "simulator"
+        "model": _f(str, _NONE, required=False),
+        "engine": _f(str, _NONE, required=False, choices=ENGINES + (None,)),
+        "cmdline": _f(dict, _NONE, required=False),        # num_ctx, num_parallel, n_gpu_layers, cache types, ...
+        "buffers": _f(list, required=False),                # [{device, kind: model/KV/compute/output/RS, bytes}]
+        "fit": _f(dict, _NONE, required=False),            # llama.cpp fit projection
+        "auto_backoff": _f(dict, _NONE, required=False),   # {old_num_ctx, new_num_ctx}: Ollama shrank the context
+        "runtime_oom": _f(bool, required=False),            # Ollama expired every loaded model after an OOM
+        "ctx_clamped": _f(dict, _NONE, required=False),    # {num_ctx, n_ctx_train}
+        "default_ctx": _f(dict, _NONE, required=False),    # {total_vram, default_num_ctx}
+        "kv_needs_fa": _f(bool, required=False),            # quantized V cache refused without flash attention
+        "errors": _f(list, required=False),                 # error lines, as logged
+        "oom_lines": _f(list, required=False),              # lines with an out-of-memory marker
     },
     "answer": {  # a user's reply to an `ask`
         "question": _f(str),

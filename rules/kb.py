@@ -44,10 +44,10 @@ RULES: dict[str, Rule] = {}
 
 DECIDE = m.kind == "_decide"
 
-#: error texts that mean out-of-memory even when a probe did not set ``oom``
-#: (CUDA, ROCm, Metal and Ollama's own scheduler messages, lower-cased)
-OOM_TEXT = ".*(out of memory|cudamalloc|failed to allocate|more system memory|insufficient memory" \
-           "|memory allocation failed|hipmalloc|outofmemory).*"
+#: failure kinds (rules/facts.py FAILURES) that mean memory ran out; the probes
+#: classify error texts and log lines with probes/oomtext.py and post the kind
+#: as ``failure``, so no rule reads an error text itself
+OOM_FAILURE = (m.failure == "startup_oom") | (m.failure == "runtime_oom") | (m.failure == "killed")
 
 
 #: size fields a reading note shows in GiB/MiB as ``<field>_h``
@@ -309,9 +309,9 @@ with ruleset(RULESET):
     def tier_out_of_memory(st, f):
         S.read_tier(st, f, "oom")
 
-    @_reads(31, TIER & (m.ok == False) & m.error.imatches(OOM_TEXT), state=AT_CONTEXT,  # noqa: E712
-            en="tier {name} ({num_ctx} tokens): the error says out of memory: {error}",
-            zh="档位 {name}（{num_ctx} token）：错误信息表明内存不足：{error}")
+    @_reads(31, TIER & (m.ok == False) & OOM_FAILURE, state=AT_CONTEXT,  # noqa: E712
+            en="tier {name} ({num_ctx} tokens): the failure is out of memory ({failure}, {oom_marker}): {error}",
+            zh="档位 {name}（{num_ctx} token）：失败属于内存不足（{failure}，{oom_marker}）：{error}")
     def tier_error_says_out_of_memory(st, f):
         S.read_tier(st, f, "oom")
 
@@ -913,3 +913,200 @@ with ruleset(RULESET):
     @_waits(250, s.stage != "none", why="nothing new to decide", why_zh="没有新的决定要做")
     def nothing_to_decide(st):
         pass
+
+
+# ========================================================================= #
+# 13. The current engine (Ollama v0.30+, llama-server) and the server log.  #
+#     Knowledge from shared/ollama-current.md; the `server` and `log` facts #
+#     come from probes/serverinfo.py and probes/serverlog.py. State fields  #
+#     added here (all written by the two reading rules below, so a rule     #
+#     that names one cannot match before its fact arrived):                 #
+#       srv_engine, srv_default_ctx, srv_default_ctx_why, srv_vram_total,   #
+#       srv_fa, srv_kv_quant, srv_fit_target, srv_gpu_overhead  (server)    #
+#       log_backoff_old, log_backoff_new, log_runtime_oom, log_kv_needs_fa  #
+#       found_<finding>: the finding is recorded once                       #
+#       setup_problem: "engine_missing" (no engine binary) or              #
+#         "setting_refused" (the engine exited on a setting): not memory    #
+#       findings: [{key, en, zh}] the user must see (Advisor.diagnosis)     #
+#     Findings do not change the next step; they are recorded by            #
+#     interpreting rules that fire before the tree's own (priorities        #
+#     104-109) and hand back to it (``again``).                             #
+# ========================================================================= #
+
+#: what to do instead for the setup problems this section knows (key -> (en, zh))
+CURRENT_ADVICE = {
+    "engine_missing": ("The Ollama server has no inference engine: its llama-server binary was not found, so every "
+                       "load fails. This is a setup problem, not memory: install Ollama's packaged build (or build "
+                       "llama/server with its CMake preset) and run the check again.",
+                       "Ollama 服务器没有推理引擎：找不到 llama-server 程序，所有加载都会失败。这是安装问题，不是内存问题："
+                       "请安装 Ollama 官方打包版本（或用其 CMake 预设构建 llama/server），然后再检查一次。"),
+    "setting_refused": ("The model process refused a server setting and exited before loading (for example a "
+                        "quantized OLLAMA_KV_CACHE_TYPE with OLLAMA_FLASH_ATTENTION=0, or a LLAMA_ARG_* value it "
+                        "cannot read): fix that setting; memory is not the problem.",
+                        "模型进程拒绝了一项服务器设置，在加载前就退出了（例如量化的 OLLAMA_KV_CACHE_TYPE 配合 "
+                        "OLLAMA_FLASH_ATTENTION=0，或无法解析的 LLAMA_ARG_* 值）：请修正该设置；问题不在内存。"),
+}
+S.ADVICE.update(CURRENT_ADVICE)  # steps.issue reads advice texts from S.ADVICE
+
+_QUANT_KV = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.0f} GiB" if n >= (1 << 30) else _size(n)
+
+
+def _found(st: dict, key: str, en: str, zh: str) -> None:
+    """Record a finding once, and let the tree decide this round as if nothing happened."""
+    st["findings"] = list(st.get("findings") or []) + [{"key": key, "en": en, "zh": zh}]
+    st["found_" + key] = True
+    st["again"] = True
+
+
+def _default_ctx_finding(st: dict) -> tuple[str, str]:
+    """The words for "the server's default context is a cause", from the tiers measured."""
+    default, fail = st["srv_default_ctx"], st["tier_fail_ctx"]
+    failed = next((t for t in st["tiers"] if t["num_ctx"] == fail), {})
+    need = f"peaked at {_size(failed['peak'])}" if failed.get("peak") else "did not fit"
+    need_zh = f"峰值 {_size(failed['peak'])}" if failed.get("peak") else "放不下"
+    why = {"vram_tier": (f"the VRAM tier: {_gib(st.get('srv_vram_total') or 0)} of VRAM gets {default} tokens",
+                         f"按显存分档：{_gib(st.get('srv_vram_total') or 0)} 显存默认 {default} 个 token"),
+           "env": (f"OLLAMA_CONTEXT_LENGTH={default}", f"OLLAMA_CONTEXT_LENGTH={default}"),
+           "modelfile": (f"the Modelfile's PARAMETER num_ctx {default}", f"Modelfile 中的 PARAMETER num_ctx {default}"),
+           "legacy_default": (f"Ollama's default of {default}", f"Ollama 的默认值 {default}")}
+    en_why, zh_why = why.get(st["srv_default_ctx_why"], (f"{default} tokens", f"{default} 个 token"))
+    best = st["tier_best_ctx"]
+    return (f"A request without num_ctx gets {default} tokens on this server ({en_why}); your model needs more "
+            f"than the limit {_size(st['limit'])} there (the {fail}-token tier {need}). Set the context "
+            f"explicitly: OLLAMA_CONTEXT_LENGTH={best or fail // 2} for the server, or PARAMETER num_ctx in the "
+            f"Modelfile.",
+            f"不带 num_ctx 的请求在这台服务器上得到 {default} 个 token（{zh_why}）；你的模型在这个长度下需要超过上限 "
+            f"{_size(st['limit'])}（{fail} token 的档位{need_zh}）。请显式设定上下文：服务器设 "
+            f"OLLAMA_CONTEXT_LENGTH={best or fail // 2}，或在 Modelfile 中设 PARAMETER num_ctx。")
+
+
+# the same ruleset object as the tree above (a second ``ruleset(RULESET)`` would
+# replace it): durable_rules keeps it in ``_rulesets`` until the first post
+_TREE = lang._rulesets[RULESET]
+
+with _TREE:
+
+    @_reads(13, m.kind == "server", en="server: Ollama {version} ({engine}), a request without num_ctx gets "
+            "{default_ctx} ({default_ctx_why})", zh="服务器：Ollama {version}（{engine}），不带 num_ctx 的请求得到 "
+            "{default_ctx}（{default_ctx_why}）")
+    def note_server(st, f):
+        kv = (f.get("kv_cache_type") or "").lower()
+        st.update(srv_engine=f.get("engine") or "", srv_default_ctx=f.get("default_ctx") or 0,
+                  srv_default_ctx_why=f.get("default_ctx_why") or "", srv_vram_total=f.get("vram_total") or 0,
+                  srv_fa=f.get("flash_attention") or "", srv_kv_quant=kv in _QUANT_KV,
+                  srv_fit_target=f.get("fit_target") or 0, srv_gpu_overhead=f.get("gpu_overhead") or 0)
+        for key in ("default_ctx", "kv_needs_fa", "overhead_ignored"):
+            st.setdefault("found_" + key, False)
+
+    @_reads(13, m.kind == "log", en="server log ({source}): what the model process did",
+            zh="服务器日志（{source}）：模型进程的情况")
+    def note_log(st, f):
+        backoff = f.get("auto_backoff") or {}
+        st["log_backoff_old"] = backoff.get("old_num_ctx") or st.get("log_backoff_old", 0)
+        st["log_backoff_new"] = backoff.get("new_num_ctx") or st.get("log_backoff_new", 0)
+        st["log_runtime_oom"] = bool(f.get("runtime_oom")) or st.get("log_runtime_oom", False)
+        st["log_kv_needs_fa"] = bool(f.get("kv_needs_fa")) or st.get("log_kv_needs_fa", False)
+        for key in ("backoff", "runtime_oom", "kv_needs_fa"):
+            st.setdefault("found_" + key, False)
+
+    @_reads(19, LOAD & (m.failure == "engine_missing"),
+            en="load of {model} failed: the server has no llama-server binary", zh="{model} 加载失败：服务器缺少 llama-server 程序")
+    def load_engine_missing(st, f):
+        st["setup_problem"] = "engine_missing"
+
+    @_reads(19, LOAD & (m.failure == "config"),
+            en="load of {model} failed: the engine refused a setting: {error}", zh="{model} 加载失败：引擎拒绝了一项设置：{error}")
+    def load_setting_refused(st, f):
+        st["setup_problem"] = "setting_refused"
+
+    @_reads(29, TIER & (m.failure == "engine_missing"), state=AT_CONTEXT,
+            en="tier {name}: the server has no llama-server binary", zh="档位 {name}：服务器缺少 llama-server 程序")
+    def tier_engine_missing(st, f):
+        st["setup_problem"] = "engine_missing"
+
+    # after the guards (100-103): fires once no probe is running and no question is open
+    @_decides(104, (s.stage != "done") & (s.setup_problem == "engine_missing"),
+              en="The server cannot run any model (no llama-server binary): a setup problem, not memory.",
+              zh="服务器无法运行任何模型（缺少 llama-server 程序）：是安装问题，不是内存问题。")
+    def engine_missing_is_a_setup_problem(st):
+        return S.done(st, False, "engine_missing")
+
+    @_decides(104, (s.stage != "done") & (s.setup_problem == "setting_refused"),
+              en="The engine refused a server setting before loading: a setup problem, not memory.",
+              zh="引擎在加载前拒绝了一项服务器设置：是设置问题，不是内存问题。")
+    def refused_setting_is_a_setup_problem(st):
+        return S.done(st, False, "setting_refused")
+
+    @_decides(105, CTX_DONE & (s.found_default_ctx == False) & (s.srv_default_ctx > 0)  # noqa: E712
+              & (s.tier_mem_fail == True) & (s.tier_fail_ctx > 0),  # noqa: E712
+              en="The server's default context is weighed against the tiers measured.",
+              zh="把服务器的默认上下文与实测档位对照。")
+    def default_context_is_a_cause(st):
+        if st["tier_fail_ctx"] <= st["srv_default_ctx"]:
+            _found(st, "default_ctx", *_default_ctx_finding(st))
+        else:  # the default fits: measured below the first failure
+            st["found_default_ctx"] = True
+            st["again"] = True
+
+    @_decides(106, (s.found_backoff == False) & (s.log_backoff_new > 0),  # noqa: E712
+              en="Ollama already shrank the context after an out-of-memory load.",
+              zh="Ollama 在一次内存不足的加载后已经自动缩小了上下文。")
+    def ollama_backed_off_the_context(st):
+        old, new = st["log_backoff_old"], st["log_backoff_new"]
+        _found(st, "backoff",
+               f"Ollama already shrank your context: a load at {old} tokens ran out of memory, and Ollama retried "
+               f"it once at {new} tokens (\"reducing automatic context and retrying once\"). Requests without "
+               f"num_ctx now run with {new} tokens, not {old}; longer input is cut there silently.",
+               f"Ollama 已经自动缩小了你的上下文：{old} 个 token 的加载内存不足，Ollama 以 {new} 个 token 重试了一次"
+               f"（\"reducing automatic context and retrying once\"）。不带 num_ctx 的请求现在只有 {new} 个 token，"
+               f"而不是 {old}；更长的输入会在那里被静默截断。")
+
+    @_decides(107, (s.found_kv_needs_fa == False) & ((s.log_kv_needs_fa == True)  # noqa: E712
+              | ((s.srv_engine == "llama-server") & (s.srv_kv_quant == True) & (s.srv_fa == "off"))),  # noqa: E712
+              en="A quantized KV cache needs flash attention on this engine.",
+              zh="在这个引擎上，量化的 KV 缓存需要 flash attention。")
+    def kv_quantization_needs_flash_attention(st):
+        _found(st, "kv_needs_fa",
+               "OLLAMA_KV_CACHE_TYPE is quantized while OLLAMA_FLASH_ATTENTION=0: on this Ollama (llama-server "
+               "engine) every load then fails (\"quantized V cache requires flash_attn to be enabled\"); older "
+               "versions silently kept f16. Unset OLLAMA_FLASH_ATTENTION (auto) or set it to 1, or use "
+               "OLLAMA_KV_CACHE_TYPE=f16.",
+               "OLLAMA_KV_CACHE_TYPE 设为量化类型，而 OLLAMA_FLASH_ATTENTION=0：在这个版本（llama-server 引擎）上每次加载"
+               "都会失败（\"quantized V cache requires flash_attn to be enabled\"），旧版本则静默保持 f16。请取消 "
+               "OLLAMA_FLASH_ATTENTION（自动）或设为 1，或改用 OLLAMA_KV_CACHE_TYPE=f16。")
+
+    @_decides(108, (s.found_overhead_ignored == False) & (s.srv_engine == "llama-server")  # noqa: E712
+              & (s.srv_gpu_overhead > 0),
+              en="OLLAMA_GPU_OVERHEAD does not reserve memory on this engine; the fit target does.",
+              zh="在这个引擎上 OLLAMA_GPU_OVERHEAD 不会预留显存；起作用的是 fit 目标。")
+    def fit_target_is_the_margin_knob(st):
+        _found(st, "overhead_ignored",
+               f"OLLAMA_GPU_OVERHEAD={st['srv_gpu_overhead']} does nothing for GGUF models on this Ollama: it is "
+               f"not passed to llama-server. The free margin per device is LLAMA_ARG_FIT_TARGET (MiB, now "
+               f"{_size(st['srv_fit_target']) if st['srv_fit_target'] else 'the default 1024 MiB'}): raise it to "
+               f"keep more memory free, lower it to fit more layers.",
+               f"OLLAMA_GPU_OVERHEAD={st['srv_gpu_overhead']} 在这个版本上对 GGUF 模型不起作用：它不会传给 llama-server。"
+               f"每个设备的空闲余量由 LLAMA_ARG_FIT_TARGET（MiB，当前 "
+               f"{_size(st['srv_fit_target']) if st['srv_fit_target'] else '默认 1024 MiB'}）决定：调大以留出更多空闲内存，"
+               f"调小以放下更多层。")
+
+    @_decides(109, (s.found_runtime_oom == False) & (s.log_runtime_oom == True),  # noqa: E712
+              en="A runtime out-of-memory made Ollama unload every loaded model.",
+              zh="一次运行时内存不足让 Ollama 卸载了所有已加载的模型。")
+    def runtime_oom_expires_every_model(st):
+        margin = (f" LLAMA_ARG_FIT_TARGET (now {_size(st['srv_fit_target'])}) is the margin llama.cpp's fit "
+                  f"leaves at load; raise it so a request's peak has room."
+                  if st.get("srv_engine") == "llama-server" and st.get("srv_fit_target") else "")
+        margin_zh = (f" LLAMA_ARG_FIT_TARGET（当前 {_size(st['srv_fit_target'])}）是加载时 llama.cpp 的 fit 留出的余量；"
+                     f"调大它，给请求的峰值留出空间。"
+                     if st.get("srv_engine") == "llama-server" and st.get("srv_fit_target") else "")
+        _found(st, "runtime_oom",
+               "A request ran out of memory after the model had loaded, and Ollama then unloaded every loaded model "
+               "(\"runtime OOM detected; expiring loaded models\"): other models disappearing is a consequence of "
+               "that one failure, not a second problem." + margin,
+               "模型加载后，一个请求内存不足，Ollama 随即卸载了所有已加载的模型（\"runtime OOM detected; expiring loaded "
+               "models\"）：其他模型消失是这一次失败的结果，不是另一个问题。" + margin_zh)

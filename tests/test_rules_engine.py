@@ -138,7 +138,8 @@ def test_the_diagnosis_follows_the_rules():
         assert adv.diagnosis is None
         step = adv.post_many([tier("short", 2048, 12 * GiB), oom_tier("medium", 4096),
                               {"kind": "probe_done", "probe": "context", "ok": True}])
-        assert adv.diagnosis == {"cause": "kv_cache", "causes": ["kv_cache"], "problem": "kv_cache", "advice": None}
+        assert adv.diagnosis == {"cause": "kv_cache", "causes": ["kv_cache"], "problem": "kv_cache", "advice": None,
+                                 "findings": []}
         assert step["action"] == "ask" and step["question"] == "keep_context"  # 2048 fits, 8192 is wanted
 
 

@@ -14,7 +14,7 @@ from probes import sim
 from probes.memory.select import select_reader
 from probes.ollama_api import Ollama
 from probes.sim.scenario import scenario_from_dict
-from probes.sim.state import CRASH, LOAD_OOM
+from probes.sim.state import LOAD_OOM, RUNTIME_OOM
 
 GiB, MiB = 1 << 30, 1 << 20
 LLAMA8B = {"arch": "llama", "block_count": 32, "head_count": 32, "head_count_kv": 8, "embedding_length": 4096,
@@ -140,14 +140,14 @@ def test_a_crash_mid_request_is_200_then_an_error_line():
         api = Ollama(h.host)
         assert api.load("neohorse-1:q4_K_M", {"num_ctx": 4096}).ok
         gen = api.generate("neohorse-1:q4_K_M", "hello", {"num_ctx": 4096})
-        assert not gen.ok and gen.error == CRASH and gen.status == -1 and gen.oom
+        assert not gen.ok and gen.error == RUNTIME_OOM and gen.status == -1 and gen.oom
         status, ctype, text = raw(h.host, "POST", "/api/generate",
                                   {"model": "neohorse-1:q4_K_M", "prompt": "hello", "options": {"num_ctx": 4096}})
         assert status == 200 and ctype == "application/x-ndjson"
-        assert json.loads(text.strip().splitlines()[-1]) == {"error": CRASH}
+        assert json.loads(text.strip().splitlines()[-1]) == {"error": RUNTIME_OOM}
         status, _, text = raw(h.host, "POST", "/api/generate",
                               {"model": "neohorse-1:q4_K_M", "prompt": "hi", "stream": False, "options": {"num_ctx": 4096}})
-        assert status == 500 and json.loads(text) == {"error": CRASH}
+        assert status == 500 and json.loads(text) == {"error": RUNTIME_OOM}
 
 
 def test_nvidia_readers_see_the_simulated_device(handle):

@@ -9,7 +9,7 @@ import yaml
 
 from probes import coherence, memmodel
 from probes.sim.scenario import load_scenario
-from probes.sim.state import CRASH, SimError, SimState
+from probes.sim.state import RUNTIME_OOM, SimError, SimState
 from probes.texts import coherence_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def test_not_released_leaks_per_request_creeps_while_idle_and_then_crashes():
         for _ in range(10):
             s.finish(s.begin(runner, "hello", {}))
             seen.append(s.used_bytes())
-    assert seen[1] - seen[0] == 400 * MiB and err.value.text == CRASH
+    assert seen[1] - seen[0] == 400 * MiB and err.value.text == RUNTIME_OOM
     assert 2 <= len(seen) - 1 <= 5  # a handful of requests, then the crash
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from probes import memmodel as mm
 from probes.sim.scenario import scenario_from_dict
-from probes.sim.state import CRASH, LOAD_OOM, SimError, SimState, parse_keep_alive
+from probes.sim.state import LOAD_OOM, RUNTIME_OOM, SimError, SimState, parse_keep_alive
 
 GiB, MiB = 1 << 30, 1 << 20
 LLAMA8B = {"arch": "llama", "block_count": 32, "head_count": 32, "head_count_kv": 8, "embedding_length": 4096,
@@ -189,7 +189,9 @@ def test_leak_per_request_keeps_memory_until_a_request_crashes_the_runner():
             readings.append(state.used_bytes())
     assert readings[0] - after_load == 400 * MiB
     assert readings == sorted(readings)  # never given back
-    assert (err.value.status, err.value.text) == (500, CRASH)
+    # the crash says what the runtime printed, and the log has the OOM line (not the generic text alone)
+    assert (err.value.status, err.value.text) == (500, RUNTIME_OOM)
+    assert any("CUDA error: out of memory" in line for line in state.log)
     assert not runner.alive and state.used_bytes() == 600 * MiB  # a dead runner frees everything
 
 
@@ -205,7 +207,7 @@ def test_leak_per_minute_creeps_while_idle():
 def test_peak_extra_beyond_the_device_crashes_the_request_not_the_load():
     state = SimState(scenario(faults={"peak_extra": "2GiB"}))
     runner, _ = state.schedule("neohorse-1:q4_K_M", {"num_ctx": 8192}, None)
-    with pytest.raises(SimError, match="unexpectedly stopped"):
+    with pytest.raises(SimError, match="CUDA error: out of memory"):
         state.begin(runner, "hello", {})
     assert state.loaded() == []
 

@@ -19,6 +19,7 @@ import yaml
 
 from probes import memmodel
 from probes.errors import ProbeError
+from probes.serverinfo import engine_of
 from probes.units import SizeError, parse_size
 
 VENDORS = ("nvidia", "amd", "apple")
@@ -59,11 +60,12 @@ class ServerSpec:
 
     version: str = "0.11.4"
     num_parallel: int = 1
-    flash_attention: bool = False
+    flash_attention: bool | None = False   # None: not set (auto on the current engine)
     kv_cache_type: str = "f16"
-    context_length: int = 4096
+    context_length: int | None = 4096      # None: not set (4096 legacy; VRAM tier current)
     gpu_overhead_bytes: int = 0
     keep_alive: str = "5m"
+    fit_target_mib: int | None = None      # LLAMA_ARG_FIT_TARGET (current engine)
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ class _Reader:
         return dict(value)
 
     def size(self, value: Any, path: str, zero_ok: bool = False) -> int:
-        if zero_ok and (value == 0 or value == "0"):
+        if zero_ok and _is_zero_size(value):
             return 0
         if isinstance(value, bool) or value is None:
             self.fail(path, f"not a size: {value!r} ({_SIZE_HINT})")
@@ -223,6 +225,22 @@ class _Reader:
         return text
 
 
+_ZERO = re.compile(r"^\s*0+(?:\.0*)?\s*(?:b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?\s*$", re.I)
+
+
+def _is_zero_size(value: Any) -> bool:
+    """``0``, ``"0"``, ``0MiB``, ``0 GiB``: a zero with any size unit (parse_size refuses zero)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return value == 0
+    return isinstance(value, str) and bool(_ZERO.match(value))
+
+
+def _is_current(version: str) -> bool:
+    return engine_of(version) == "llama-server"
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else str(key)
 
@@ -249,16 +267,22 @@ def _device(r: _Reader, data: Any) -> DeviceSpec:
 
 def _server(r: _Reader, data: Any) -> ServerSpec:
     s = r.mapping(data, "server", optional=("version", "num_parallel", "flash_attention", "kv_cache_type",
-                                            "context_length", "gpu_overhead", "keep_alive"))
+                                            "context_length", "gpu_overhead", "keep_alive", "fit_target"))
+    version = r.text(s.get("version", "0.11.4"), "server.version")
+    current = _is_current(version)
     keep_alive = str(s.get("keep_alive", "5m"))
     if not _DURATION.match(keep_alive):
         r.fail("server.keep_alive", f"not a duration: {keep_alive!r} (e.g. 5m, 30s, -1)")
     return ServerSpec(
-        version=r.text(s.get("version", "0.11.4"), "server.version"),
+        version=version,
         num_parallel=r.integer(s.get("num_parallel", 1), "server.num_parallel", 1),
-        flash_attention=r.boolean(s.get("flash_attention", False), "server.flash_attention"),
+        flash_attention=(None if current and s.get("flash_attention") is None
+                         else r.boolean(s.get("flash_attention", False), "server.flash_attention")),
         kv_cache_type=r.choice(s.get("kv_cache_type", "f16"), "server.kv_cache_type", KV_TYPES),
-        context_length=r.integer(s.get("context_length", 4096), "server.context_length", 4),
+        context_length=(None if current and s.get("context_length") is None
+                        else r.integer(s.get("context_length", 4096), "server.context_length", 4)),
+        fit_target_mib=(r.integer(s["fit_target"], "server.fit_target", 0) if s.get("fit_target") is not None
+                        else None),
         gpu_overhead_bytes=r.size(s.get("gpu_overhead", 0), "server.gpu_overhead", zero_ok=True),
         keep_alive=keep_alive,
     )

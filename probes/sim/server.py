@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from probes.errors import ProbeError
 from probes.sim.scenario import ModelSpec, Scenario
-from probes.sim.state import CRASH, MESSAGE_TOKENS, TEMPLATE_TOKENS, SimError, SimState, parse_keep_alive
+from probes.sim.state import MESSAGE_TOKENS, TEMPLATE_TOKENS, SimError, SimState, parse_keep_alive
 
 _FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
               "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16,
@@ -189,6 +189,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "digest": digest(m.tag), "details": details(m)}
 
     def _ps(self, r) -> dict:
+        if r.measured:
+            # the current engine reports the buffers llama-server allocated
+            size, vram = r.resident_cpu_bytes + r.resident_gpu_bytes, r.resident_gpu_bytes
+            return {"name": r.model.tag, "model": r.model.tag, "size": size, "digest": digest(r.model.tag),
+                    "details": details(r.model), "expires_at": self.sim.state.expires_at_iso(r),
+                    "size_vram": vram, "context_length": r.num_ctx}
         return {"name": r.model.tag, "model": r.model.tag, "size": r.placement.size_bytes,
                 "digest": digest(r.model.tag), "details": details(r.model),
                 "expires_at": self.sim.state.expires_at_iso(r), "size_vram": r.placement.size_vram_bytes,
@@ -283,11 +289,12 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(hold / 2 / _STREAM_SLEEPS)
         if not ticket.runner.alive:
             # the runner died under this request (another request crashed it, or a restart)
+            text = self.sim.state.died_error(ticket.runner)
             if stream:
-                self._chunk({"error": CRASH})
+                self._chunk({"error": text})
                 self._end_stream()
             else:
-                self._error(500, CRASH)
+                self._error(500, text)
             return
         final = self._final(name, chat, ticket.done_reason, ticket)
         if stream:

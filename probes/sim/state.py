@@ -23,6 +23,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping
 
 from probes import memmodel
+from probes.serverinfo import engine_of
+from probes.serverinfo import vram_tier as vram_default_ctx
 from probes.sim import text as simtext
 from probes.sim.scenario import ModelSpec, Scenario
 
@@ -37,6 +39,27 @@ CRASH = ("model runner has unexpectedly stopped, this may be due to resource lim
          "error, check ollama server logs for details")
 RUN_ERROR = "an error was encountered while running the model: {text}"
 SYSTEM_RAM = "model requires more system memory ({need}) than is available ({have})"
+# what the runtime prints when an allocation fails mid-request; Ollama's status
+# writer captures it and the request's error ends with it (both engines)
+RUNTIME_OOM_MSG = {"nvidia": "CUDA error: out of memory", "amd": "ROCm error: out of memory",
+                   "apple": "error:Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)"}
+RUNTIME_OOM = RUN_ERROR.format(text=RUNTIME_OOM_MSG["nvidia"])
+# the current llama-server engine (v0.30+, shared/ollama-current.md 3.6)
+CURRENT_LOAD_OOM = ("llama-server reported out-of-memory during startup: ggml_backend_cuda_buffer_type_alloc_buffer: "
+                    "allocating {mib:.2f} MiB on device 0: cudaMalloc failed: out of memory")
+CURRENT_LOAD_OOM_METAL = ("llama-server reported out-of-memory during startup: ggml_metal_buffer_init: error: "
+                          "failed to allocate buffer, size = {mib:.2f} MiB")
+CURRENT_HOST_OOM = ("llama-server reported out-of-memory during startup: ggml_backend_cpu_buffer_type_alloc_buffer: "
+                    "failed to allocate buffer of size {size}")
+CURRENT_KV_NEEDS_FA = ("llama-server process has terminated: exit status 1: llama_init_from_model: failed to "
+                       "initialize the context: quantized V cache requires flash_attn to be enabled")
+FIT_TARGET_DEFAULT = 1024 * (1 << 20)   # llama.cpp's --fit-target default: 1024 MiB free per device
+LLAMA_SERVER = "/usr/lib/ollama/llama-server"
+
+
+def is_current(version: str) -> bool:
+    """Does this Ollama version run models in llama-server (v0.30 and later)?"""
+    return engine_of(version) == "llama-server"
 
 CUBLAS_WORKSPACE_BYTES = 32 * MIB
 GPU_BANDWIDTH = {"nvidia": 300 * GIB, "amd": 300 * GIB, "apple": 200 * GIB}
@@ -109,9 +132,11 @@ class Settings:
     num_parallel: int
     flash_attention: bool
     kv_cache_type: str         # as requested; see effective_kv_type
-    context_length: int
+    context_length: int        # 0: not set (the current engine then picks by VRAM)
     gpu_overhead_bytes: int
     keep_alive_s: float | None
+    flash_attention_mode: str = "off"   # auto / on / off
+    fit_target_bytes: int = FIT_TARGET_DEFAULT
 
 
 @dataclass
@@ -136,6 +161,9 @@ class Runner:
     requests: int = 0
     refs: int = 0              # requests between scheduling and their answer: never expired meanwhile
     unloading: bool = False    # asked to unload while busy: goes when its requests are answered
+    auto_ctx: bool = False     # num_ctx chosen by the server (current engine): any auto request reuses it
+    measured: bool = False     # /api/ps shows measured buffers (current engine), not the estimate
+    last_error: str = ""       # what the runtime printed when it died (Ollama's captured error)
 
     @property
     def ctx_slot(self) -> int:
@@ -187,7 +215,17 @@ class SimState:
         self._ids = itertools.count(1)
         self._env: dict[str, str] = {}
         self.restarts = 0
+        self.current = is_current(scenario.server.version)
         self.reset_env()
+        self._log(f'msg="Listening on 127.0.0.1 (version {scenario.server.version})"')
+        if self.current:
+            self._log(f'msg="inference compute" id=GPU-0 library={_library(self.vendor)} '
+                      f'name="{scenario.device.name}" total="{human_bytes2(scenario.device.total_bytes)}"')
+            self._log(f'msg="vram-based default context" total_vram="{human_bytes2(self._tier_vram())}" '
+                      f'default_num_ctx={vram_default_ctx(self._tier_vram())}')
+
+    def _tier_vram(self) -> int:
+        return max(self.scenario.device.total_bytes - self.scenario.server.gpu_overhead_bytes, 0)
 
     # -- server environment ------------------------------------------------
     def reset_env(self) -> None:
@@ -196,10 +234,18 @@ class SimState:
             "OLLAMA_NUM_PARALLEL": str(s.num_parallel),
             "OLLAMA_FLASH_ATTENTION": "true" if s.flash_attention else "false",
             "OLLAMA_KV_CACHE_TYPE": s.kv_cache_type,
-            "OLLAMA_CONTEXT_LENGTH": str(s.context_length),
+            "OLLAMA_CONTEXT_LENGTH": str(s.context_length if s.context_length is not None else 4096),
             "OLLAMA_GPU_OVERHEAD": str(s.gpu_overhead_bytes),
             "OLLAMA_KEEP_ALIVE": s.keep_alive,
         }
+        if is_current(s.version):
+            # unset on the current engine means: flash attention auto, context by VRAM tier
+            if s.flash_attention is None:
+                del self._env["OLLAMA_FLASH_ATTENTION"]
+            if s.context_length is None:
+                del self._env["OLLAMA_CONTEXT_LENGTH"]
+            if s.fit_target_mib is not None:
+                self._env["LLAMA_ARG_FIT_TARGET"] = str(s.fit_target_mib)
 
     def env(self) -> dict[str, str]:
         with self.lock:
@@ -239,13 +285,21 @@ class SimState:
             keep = parse_keep_alive(env.get("OLLAMA_KEEP_ALIVE", "5m"), 300.0)
         except SimError:
             keep = 300.0
+        current = is_current(self.scenario.server.version)
+        fa_raw = env.get("OLLAMA_FLASH_ATTENTION")
+        if fa_raw is None or str(fa_raw).strip() == "":
+            fa_mode = "auto" if current else "off"
+        else:
+            fa_mode = "on" if _truthy(fa_raw) else "off"
         return Settings(
             num_parallel=parallel,
-            flash_attention=_truthy(env.get("OLLAMA_FLASH_ATTENTION", "false")),
+            flash_attention=fa_mode != "off",
             kv_cache_type=str(env.get("OLLAMA_KV_CACHE_TYPE", "f16")).strip().lower() or "f16",
-            context_length=uint("OLLAMA_CONTEXT_LENGTH", 4096) or 4096,
+            context_length=uint("OLLAMA_CONTEXT_LENGTH", 0 if current else 4096) or (0 if current else 4096),
             gpu_overhead_bytes=uint("OLLAMA_GPU_OVERHEAD", 0),
             keep_alive_s=keep,
+            flash_attention_mode=fa_mode,
+            fit_target_bytes=uint("LLAMA_ARG_FIT_TARGET", FIT_TARGET_DEFAULT // MIB) * MIB,
         )
 
     # -- the device ----------------------------------------------------------
@@ -356,7 +410,8 @@ class SimState:
         options = dict(options or {})
         settings = self.settings()
         keep_s = parse_keep_alive(keep_alive, settings.keep_alive_s)
-        num_ctx = _int_option(options, "num_ctx", settings.context_length)
+        auto = self.current and options.get("num_ctx") is None and not settings.context_length
+        num_ctx = _int_option(options, "num_ctx", settings.context_length or vram_default_ctx(self._tier_vram()))
         num_batch = _int_option(options, "num_batch", 512)
         num_gpu = _int_option(options, "num_gpu", -1)
         if num_ctx < 4:
@@ -368,14 +423,18 @@ class SimState:
             now = self.clock()
             self._expire(now)
             current = self.runners.get(key)
-            if current is not None and current.num_ctx == num_ctx and current.num_batch == num_batch \
+            same_ctx = current is not None and (current.num_ctx == num_ctx or (auto and current.auto_ctx))
+            if current is not None and same_ctx and current.num_batch == num_batch \
                     and (num_gpu < 0 or current.num_gpu == num_gpu) and current.num_parallel == settings.num_parallel:
                 current.expires_at = None if keep_s is None else now + max(keep_s, 0.0)
                 current.refs += int(hold)
                 return current, 0
             if current is not None:
                 self._drop(key, "options changed, reloading")
-            runner = self._load(model, settings, num_ctx, num_batch, num_gpu, now)
+            if self.current:
+                runner = self._load_current(model, settings, num_ctx, num_batch, num_gpu, now, auto)
+            else:
+                runner = self._load(model, settings, num_ctx, num_batch, num_gpu, now)
             runner.expires_at = None if keep_s is None else now + max(keep_s, 0.0)
             runner.refs += int(hold)
             self.runners[key] = runner
@@ -384,14 +443,20 @@ class SimState:
             time.sleep(self.scenario.timing.load_s)
         return runner, load_ns
 
+    def _warn_clamped(self, arch: memmodel.Arch, num_ctx: int, parallel: int = 0) -> bool:
+        """Ollama's only trace of a num_ctx above the trained context: a WARN line
+        (v0.11.4 prints the context times ``parallel`` slots)."""
+        if num_ctx <= arch.context_length:
+            return False
+        shown = f"num_ctx={num_ctx * parallel} num_parallel={parallel}" if parallel else f"num_ctx={num_ctx}"
+        self._log(f'level=WARN msg="requested context size too large for model" {shown} '
+                  f'n_ctx_train={arch.context_length}')
+        return True
+
     def _load(self, model: ModelSpec, s: Settings, num_ctx: int, num_batch: int, num_gpu: int,
               now: float) -> Runner:
-        dev = self.scenario.device
-        arch = model.arch
-        key = model.tag.lower()
-        if num_ctx > arch.context_length:
-            self._log(f'level=WARN msg="requested context size too large for model" num_ctx={num_ctx * s.num_parallel} '
-                      f'num_parallel={s.num_parallel} n_ctx_train={arch.context_length}')
+        dev, arch, key = self.scenario.device, model.arch, model.tag.lower()
+        self._warn_clamped(arch, num_ctx, s.num_parallel)
         kv_type = memmodel.effective_kv_type(s.kv_cache_type if s.kv_cache_type in memmodel.KV_ELEMENT_BYTES
                                              else "f16", s.flash_attention, arch.supports_flash_attention)
         if s.kv_cache_type not in ("f16", "") and kv_type == "f16":
@@ -449,6 +514,83 @@ class SimState:
                       num_parallel=s.num_parallel, kv_type=kv_type, placement=p, actual=actual, pid=pid,
                       loaded_at=now,
                       expires_at=None, slots=threading.BoundedSemaphore(s.num_parallel))
+
+    def _load_current(self, model: ModelSpec, s: Settings, num_ctx: int, num_batch: int, num_gpu: int,
+                      now: float, auto: bool, retried: bool = False) -> Runner:
+        """A load on the current engine: Ollama starts llama-server with ``-c
+        num_ctx x parallel``, llama.cpp's fit places the layers so that
+        ``fit_target`` stays free, and /api/ps shows the buffers it allocated.
+        A failed automatic-context load is retried once at a smaller context."""
+        dev, arch, key = self.scenario.device, model.arch, model.tag.lower()
+        if self._warn_clamped(arch, num_ctx):
+            num_ctx = arch.context_length
+        if not options_batch_set(num_batch) and num_ctx > 4096:
+            num_batch = 2048 if num_ctx > 32768 else 1024   # automaticGenerationBatch
+        kv = s.kv_cache_type if s.kv_cache_type in memmodel.KV_ELEMENT_BYTES else "f16"
+        args = [LLAMA_SERVER, "--model", f"/root/.ollama/models/blobs/sha256-{_blob(model.tag)}", "--port", "0",
+                "--host", "127.0.0.1", "--no-webui", "--offline", "-c", str(num_ctx * s.num_parallel),
+                "-np", str(s.num_parallel), "--log-verbosity", "4", "--no-log-prefix", "--no-log-timestamps"]
+        if kv != "f16":
+            args += ["--cache-type-k", kv, "--cache-type-v", kv]
+        args += ["--flash-attn", s.flash_attention_mode, "-b", str(num_batch), "-ub", str(num_batch)]
+        if num_gpu >= 0:
+            args += ["-ngl", str(num_gpu)]
+        self._log(f'msg="starting llama-server" cmd="{" ".join(args)}"')
+        if kv != "f16":
+            if s.flash_attention_mode == "off":
+                self._log("llama_init_from_model: failed to initialize the context: quantized V cache requires "
+                          "flash_attn to be enabled")
+                self._log(f'level=ERROR msg="llama-server terminated" error="exit status 1" model={model.tag}')
+                raise SimError(500, CURRENT_KV_NEEDS_FA)
+            if s.flash_attention_mode == "auto":
+                self._log("llama_context: enabling flash_attn since it is required for quantized V cache")
+        free = self._gpu_free_for_load(now, exclude=key)
+
+        def fit(layers: int = num_gpu) -> memmodel.Placement:
+            return memmodel.place(arch, model.weights_bytes, num_ctx, s.num_parallel, num_batch, kv, free,
+                                  num_gpu=layers, overhead_bytes=s.fit_target_bytes, min_gpu_bytes=0,
+                                  unified=dev.unified, estimate_min_ctx=0)
+
+        p = fit()
+        gpu = max(p.size_vram_bytes - p.buffer_bytes, 0) if p.layers_gpu else 0
+        host = p.size_bytes - p.size_vram_bytes
+        self._log(f"common_params_fit_impl: projected to use {gpu // MIB} MiB of device memory vs. "
+                  f"{free // MIB} MiB of free device memory")
+        if num_gpu >= 0:
+            self._log(f"common_fit_params: failed to fit params to free device memory: n_gpu_layers already set "
+                      f"by user to {num_gpu}, abort")
+        failure = None
+        if num_gpu > 0 and gpu > free:
+            failure = (CURRENT_LOAD_OOM_METAL if dev.unified else CURRENT_LOAD_OOM).format(mib=gpu / MIB)
+            self._log(failure.split(": ", 1)[1])
+        elif not dev.unified and host > self._host_free(exclude=key):
+            failure = CURRENT_HOST_OOM.format(size=host)
+            self._log(failure.split(": ", 1)[1])
+        if failure is not None:
+            self._log(f'msg="Load failed" model={model.tag} error="{failure}"')
+            lower = 32768 if num_ctx > 32768 else 4096 if num_ctx > 4096 else 0
+            if auto and not retried and lower:
+                self._log(f'level=WARN msg="llama-server load failed; reducing automatic context and retrying once" '
+                          f'model={model.tag} old_num_ctx={num_ctx} new_num_ctx={lower} old_num_batch={num_batch} '
+                          f'new_num_batch=512')
+                return self._load_current(model, s, lower, 512, num_gpu, now, auto, retried=True)
+            raise SimError(500, failure)
+        device = {"nvidia": "CUDA0", "amd": "ROCm0", "apple": "MTL0"}[dev.vendor]
+        share = p.layers_gpu / max(p.layers_total, 1)
+        gpu_weights = int(p.weights_bytes * share)
+        gpu_kv = int(p.kv_bytes * min(p.layers_gpu, arch.block_count) / max(arch.block_count, 1))
+        for where, kind, size in ((device, "model", gpu_weights), ("CPU", "model", p.weights_bytes - gpu_weights),
+                                  (device, "KV", gpu_kv), ("CPU", "KV", p.kv_bytes - gpu_kv),
+                                  (device if p.layers_gpu else "CPU", "compute", p.graph_bytes)):
+            if size > 0:
+                self._log(f"{_buffer_func(kind)}: {where:>10} {kind} buffer size = {size / MIB:8.2f} MiB")
+        self._log(f"load_tensors: offloaded {p.layers_gpu}/{p.layers_total} layers to GPU")
+        pid = next(self._pids)
+        self._log('msg="llama-server started in 0.05 seconds"')
+        return Runner(model=model, num_ctx=num_ctx, num_batch=num_batch, num_gpu=num_gpu,
+                      num_parallel=s.num_parallel, kv_type=kv, placement=p, actual=p, pid=pid, loaded_at=now,
+                      expires_at=None, slots=threading.BoundedSemaphore(s.num_parallel), auto_ctx=auto,
+                      measured=True)
 
     def release(self, runner: Runner) -> None:
         """The request that scheduled ``runner`` with ``hold`` is answered."""
@@ -518,14 +660,41 @@ class SimState:
             need = dev.used_by_others_bytes + sum(self._runner_bytes(r, now) for r in self.runners.values())
             if need > dev.total_bytes:
                 runner.transient.pop(ticket.id, None)
-                self._log(f'level=ERROR msg="llama runner terminated" error="CUDA error: out of memory" '
-                          f'model={model.tag} needed="{human_bytes2(need)}" total="{human_bytes2(dev.total_bytes)}"')
-                self._drop(model.tag.lower(), "crashed: out of memory")
-                raise SimError(500, CRASH)
+                raise SimError(500, self._runtime_oom(runner, need))
             if model.tag in faults.runner_error:
                 runner.transient.pop(ticket.id, None)
                 raise SimError(500, RUN_ERROR.format(text=faults.runner_error[model.tag]))
         return ticket
+
+    def _runtime_oom(self, runner: Runner, need: int) -> str:
+        """The runner's allocation failed mid-request: it dies, the log has the
+        runtime's out-of-memory lines, and the request's error ends with what
+        Ollama's status writer captured. The current engine also expires every
+        loaded model ("runtime OOM detected")."""
+        msg = RUNTIME_OOM_MSG[self.vendor]
+        dev = self.scenario.device
+        self._log(f"ggml_backend_sched_graph_compute: {msg}")
+        self._log("  current device: 0, in function ggml_backend_cuda_graph_compute at ggml-cuda.cu:2510")
+        self._log(f'level=ERROR msg="{"llama-server" if self.current else "llama runner"} terminated" '
+                  f'error="{msg}" model={runner.model.tag} needed="{human_bytes2(need)}" '
+                  f'total="{human_bytes2(dev.total_bytes)}"')
+        runner.last_error = msg
+        self._drop(runner.model.tag.lower(), "crashed: out of memory")
+        text = RUN_ERROR.format(text=msg)
+        if self.current:
+            self._log(f'level=WARN msg="runtime OOM detected; expiring loaded models to clear memory before next '
+                      f'request" model={runner.model.tag} error="{text}"')
+            for key, other in list(self.runners.items()):
+                if other.transient or other.refs:
+                    other.expires_at, other.unloading = self.clock(), True
+                else:
+                    self._drop(key, "expired after runtime OOM")
+        return text
+
+    def died_error(self, runner: Runner) -> str:
+        """What a request still streaming from a runner that died gets: the
+        captured error when it crashed, the generic text otherwise (a restart)."""
+        return RUN_ERROR.format(text=runner.last_error) if runner.last_error else CRASH
 
     def _seconds_per_token(self, runner: Runner) -> float:
         p = runner.placement
@@ -564,6 +733,21 @@ def _int_option(options: Mapping[str, Any], key: str, default: int) -> int:
         return int(value)
     except (TypeError, ValueError):
         raise SimError(400, f"option {key!r} must be of type integer") from None
+
+
+def options_batch_set(num_batch: int) -> bool:
+    """Was num_batch sent (not Ollama's 512 default)? Ollama raises only the default."""
+    return num_batch != 512
+
+
+def _blob(tag: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(tag.encode()).hexdigest()
+
+
+def _buffer_func(kind: str) -> str:
+    return {"model": "load_tensors", "KV": "llama_kv_cache", "compute": "sched_reserve"}[kind]
 
 
 def _library(vendor: str) -> str:
