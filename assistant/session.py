@@ -92,6 +92,8 @@ class Session:
                 fact["budget"] = self.world.limit.bytes if self.world.budget else fact.get("budget")
             facts.append(fact)
         facts.append(self.world.device_fact())
+        if self.world.server_fact is not None:
+            facts.append(self.world.server_fact)
         return facts
 
     def _loop(self, advisor: Advisor) -> Outcome:

@@ -14,7 +14,7 @@ import contextlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from assistant.errors import UsageError
 from assistant.i18n import catalog, t
@@ -22,6 +22,9 @@ from probes.base import ProbeEnv
 from probes.budget import Budget, Limit, parse_budget, resolve_limit
 from probes.memory.select import Selection, select_reader
 from probes.ollama_api import Ollama
+from probes.serverinfo import read_server
+from probes.serverlog import find_log
+from probes.serverlog import parse as parse_log
 from probes.server import ForeignServer
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
@@ -54,6 +57,9 @@ def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = Fa
                         help="force one memory source (default: the first that works)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a probe gives up (default 900)")
     parser.add_argument("--hz", type=float, default=20.0, help="memory readings per second while sampling (default 20)")
+    parser.add_argument("--server-log", metavar="PATH",
+                        help="the Ollama server's log file, read as evidence (default: the rig's own log; "
+                             "~/.ollama/logs/server.log on macOS; journalctl -u ollama on Linux when readable)")
 
 
 def host_from(args) -> str:
@@ -70,6 +76,9 @@ class World:
     limit: Limit
     budget: Budget | None
     kind: str                     # "ollama" | "rig" | "simulated"
+    server_fact: dict | None = None   # what the server is (probes/serverinfo.py), posted to the rules first
+    server_log: Any = None            # probes.serverlog.ServerLog, or None with log_why saying why not
+    log_why: str = ""
 
     @property
     def host(self) -> str:
@@ -101,18 +110,24 @@ def open_world(args, log=None) -> Iterator[World]:
         if getattr(args, "simulate", None):
             from probes import sim
 
+            from probes.serverlog import MemoryLog
+
             handle = stack.enter_context(sim.start(args.simulate))
             api, control, kind = Ollama(handle.host), handle.control, "simulated"
             nvml_lib, smi_runner = handle.nvml, handle.smi_runner
+            server_log, log_why = MemoryLog(lambda: handle.state.log), "the simulator's log"
         elif getattr(args, "rig", False):
             from probes.rig import Rig
 
             rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}")))
             api, control, kind = Ollama(rig.host), rig.server, "rig"
             server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)
+            server_log, log_why = find_log(getattr(args, "server_log", None) or rig.server.log_path)
         else:
             api, control, kind = Ollama(host_from(args)), ForeignServer(), "ollama"
             server_pid = local_server(api.host)
+            server_log, log_why = find_log(getattr(args, "server_log", None)) \
+                if server_pid is not None or getattr(args, "server_log", None) else (None, "the server is elsewhere")
         api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
         blind = None
         if server_pid == UNKNOWN_PID:
@@ -135,7 +150,13 @@ def open_world(args, log=None) -> Iterator[World]:
         env = ProbeEnv(api=api, reader=selection.reader, limit_bytes=limit.bytes, device=info, control=control,
                        hz=getattr(args, "hz", 20.0), timeout_s=getattr(args, "timeout", 900.0),
                        on_gpu=info.vendor in ("nvidia", "amd"), blind=blind)
-        yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind)
+        server = read_server(api.version, env=control.env() if control.can_restart() else None,
+                             log=parse_log(server_log.read()) if server_log is not None else None,
+                             vram_total=(info.total_bytes or 0) if env.on_gpu else (None if blind else 0),
+                             local=blind is None)
+        env.log = server_log
+        yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind, server_fact=server,
+                    server_log=server_log, log_why=log_why)
 
 
 def remote_selection(host: str) -> Selection:

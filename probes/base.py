@@ -70,6 +70,7 @@ class ProbeEnv:
     blind: str | None = None
     release_timeout_s: float = 60.0
     last_idle_bytes: int | None = None   # the idle reading of the latest step, for unload()
+    log: Any = None                      # probes.serverlog.ServerLog: the server's log, when readable
 
     def say(self, event: str, **data) -> None:
         if self.progress is not None:
@@ -406,3 +407,48 @@ def measure_checked(run_once: Callable[[], tuple[Step, Any]], problems: Callable
         step.invalidate(sanity.summarize(found))
         notes.append(f"{step.name}: not counted: " + "; ".join(found))
     return step, data
+
+
+@dataclass
+class LogWindow:
+    """The server log lines one load or request wrote (those after ``mark``)."""
+
+    log: Any          # probes.serverlog.ServerLog, or None: the log cannot be read
+    mark: Any = None
+
+    def lines(self) -> list[str]:
+        if self.log is None:
+            return []
+        try:
+            return list(self.log.lines_since(self.mark))
+        except OSError:  # a log rotated or removed meanwhile: no evidence, not a crash
+            return []
+
+
+def log_window(env: ProbeEnv) -> LogWindow:
+    """Open a window on the server log now (before a load or a request)."""
+    if env.log is None:
+        return LogWindow(None)
+    try:
+        return LogWindow(env.log, env.log.offset())
+    except OSError:
+        return LogWindow(None)
+
+
+def failure_fields(gen, window: LogWindow, phase: str) -> dict:
+    """``failure`` / ``oom`` / ``oom_marker`` for a failed load or request, from
+    its error text and the log lines of that window (probes/oomtext.py)."""
+    if gen is None or gen.ok:
+        return {}
+    failure = gen.failure(window.lines(), phase=phase)
+    return failure.fields() if failure is not None else {}
+
+
+def log_facts(window: LogWindow, source: str, model: str) -> list[dict]:
+    """The ``log`` fact of what the window's lines say, if they say anything."""
+    lines = window.lines()
+    if not lines:
+        return []
+    from probes.serverlog import parse
+
+    return [parse(lines).fact(source, model)]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 
 from probes import sanity
-from probes.base import ProbeEnv, ProbeResult, measure_checked, restoring, sampled, server_settings, timed
+from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_facts, log_window, measure_checked, restoring,
+                         sampled, server_settings, timed)
 
 DEFAULT_NUM_CTX = 2048
 DEFAULT_SETTLE_S = 30.0
@@ -49,6 +50,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
             env.unload(model)
 
         def once():
+            window = log_window(env)
             with sampled(env, f"baseline {model} num_ctx={num_ctx}") as step:
                 step.mark("load")
                 gen = env.api.load(model, options)
@@ -63,7 +65,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
             if gen.ok:
                 env.unload(model)
             return step, {"gen": gen, "after": after, "settled": settled, "loaded": loaded,
-                          "settle_from": settle_from}
+                          "settle_from": settle_from, "window": window}
 
         def problems(step, got):
             # a load without a request may not have touched every weight yet, so
@@ -81,6 +83,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
         if step.blind and gen.ok:  # a server elsewhere: what it reports, marked as not measured
             after = settled = step.peak
         over = step.over_limit()
+        failure = failure_fields(gen, got["window"], "load")
         placement = loaded.placement if loaded else None
         spilled = env.on_gpu and placement in ("partial", "cpu")
         ok = gen.ok and not over and not spilled
@@ -101,9 +104,11 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
             "drift_per_min": drift,
             "placement": placement,
             "over_limit": over,
-            "oom": over or gen.oom,
+            **failure,
+            "oom": over or failure.get("oom", gen.oom),
             **step.reading(),
         })
+        result.facts.extend(log_facts(got["window"], "baseline", model))
         result.rows.append({
             "model": model, "num_ctx": num_ctx, "loaded": gen.ok, "where": placement,
             "idle": step.idle_bytes, "after load": after, "settled": settled, "peak": step.peak,

@@ -16,7 +16,8 @@ import uuid
 
 from probes import coherence
 from probes import sanity
-from probes.base import ProbeEnv, ProbeResult, measure_checked, restoring, sampled, server_settings, timed
+from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_window, measure_checked, restoring, sampled,
+                         server_settings, timed)
 from probes.texts import stability_task
 
 NUM_PREDICT = 128
@@ -67,12 +68,13 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         weights = env.api.file_size(model)
 
         def once():
+            window = log_window(env)
             with sampled(env, f"stability {model} num_ctx={options.get('num_ctx')} x{parallel}") as step:
                 step.mark("request")
                 gens = _run_parallel(env, model, task, options, parallel)
                 step.mark("done")
                 loaded = env.api.loaded(model)
-            return step, {"gens": gens, "loaded": loaded}
+            return step, {"gens": gens, "loaded": loaded, "window": window}
 
         def problems(step, got):
             if not got["gens"][0].ok:
@@ -94,7 +96,8 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         fact = {"kind": "stability", "config": dict(config), "eval_count": main.eval_count,
                 "done_reason": main.done_reason, "ok": ok, "truncated": truncated,
                 "repeat_share": round(coherence.repeat_share(main.text), 4) if main.ok else None,
-                "errors": errors, "peak": step.peak, **step.reading()}
+                "errors": errors, "peak": step.peak, **step.reading(),
+                **failure_fields(next((g for g in gens if not g.ok), None), got["window"], "request")}
         result.ok = ok and step.measured
         result.error = "; ".join(errors) or (f"not measured: {step.unmeasured}" if step.unmeasured else None)
         result.facts.append(fact)

@@ -661,13 +661,24 @@ with ruleset(RULESET):
         S.adopt_largest_fit(st)
         S.to_plan(st)
 
-    @_decides(136, CTX_DONE & (s.tier_fit_count > 0),
+    @_decides(136, CTX_DONE & (s.tier_fit_count > 0) & (s.tier_mem_fail == False) & (s.cause == "none")  # noqa: E712
+              & (s.default_cuts_long_input == True),  # noqa: E712
+              en="Every tier up to the wanted {want_ctx} tokens fits, but a request without num_ctx gets the server's "
+                 "default context, shorter than that: longer input is cut there silently. Not a memory problem.",
+              zh="直到所需的 {want_ctx} 个 token 的各档位都放得下，但不带 num_ctx 的请求只得到服务器的默认上下文，"
+                 "比这短：更长的输入会在那里被静默截断。不是内存问题。")
+    def server_default_cuts_long_input(st):
+        S.diagnose(st, "not_memory", "default_truncates")
+        S.adopt_largest_fit(st)  # the fix: an explicit, measured context
+        S.to_plan(st)
+
+    @_decides(137, CTX_DONE & (s.tier_fit_count > 0),
               en="Every context tier fit within the limit.", zh="所有上下文档位都在上限内通过。")
     def all_tiers_fit(st):
         S.adopt_largest_fit(st)
         S.to_plan(st)
 
-    @_decides(137, CTX_DONE, en="The context probe posted no usable tier.", zh="上下文探针没有给出可用的档位。")
+    @_decides(138, CTX_DONE, en="The context probe posted no usable tier.", zh="上下文探针没有给出可用的档位。")
     def context_without_reading(st):
         st["problem"] = "unmeasured"  # not a cause: nothing was measured
         S.to_plan(st)

@@ -155,6 +155,11 @@ def settle(st: dict) -> None:
     st["concurrency_short"] = (st["want_parallel"] > 1 and st["has_config"]
                                and 0 < (cfg.get("max_concurrency") or 1) < st["want_parallel"])
     st["ladder_left"] = len(_usable_rungs(st)) > 0
+    # the complaint is about long input (or says nothing of when), and a request
+    # without num_ctx gets less than the wanted context on this server
+    default_ctx = st.get("srv_default_ctx") or 0
+    st["default_cuts_long_input"] = (st["phase"] in ("long_input", "unknown") and default_ctx > 0
+                                     and st["want_ctx"] > default_ctx)
     st["step_limit_reached"] = st["n"] >= st["max_steps"]
     _drop_none(st)
 
@@ -792,6 +797,13 @@ ADVICE = {
     "crash": ("A request failed with an error that is not out-of-memory: read the Ollama server log, and update "
               "Ollama or re-pull the model; more memory will not fix it.",
               "请求因非内存不足的错误而失败：请查看 Ollama 服务器日志，升级 Ollama 或重新拉取模型；加内存解决不了。"),
+    "default_truncates": ("The memory is enough for the context you want, but a request that does not set num_ctx "
+                          "gets the server's shorter default context and longer input is cut there without an "
+                          "error: set the measured context explicitly (the Modelfile's PARAMETER num_ctx, or "
+                          "OLLAMA_CONTEXT_LENGTH for the whole server).",
+                          "内存足够你想要的上下文，但不设 num_ctx 的请求只会得到服务器较短的默认上下文，更长的输入会在那里被"
+                          "静默截断：请显式设定实测的上下文（Modelfile 的 PARAMETER num_ctx，或整个服务器的 "
+                          "OLLAMA_CONTEXT_LENGTH）。"),
     "truncation": ("The input was cut at num_ctx without an error (Ollama truncates silently): raise num_ctx to the "
                    "measured value or shorten the input; memory is not the problem.",
                    "输入在 num_ctx 处被静默截断（Ollama 不报错）：请把 num_ctx 提高到实测可用的值，或缩短输入；问题不在内存。"),

@@ -50,7 +50,7 @@ EXPECT = {
     "not_released": {"cause": "not_released", "exit": (0, 1), "quant_type": "Q4_K_M", "ctx": (4096, 4096),
                      "advice": "not_released"},
     "not_memory": {"cause": "not_memory", "exit": (0,), "quant_type": "Q4_K_M", "ctx": (8192, 8192),
-                   "advice": "truncation"},
+                   "advice": "default_truncates"},
     # the current llama-server engine (server.version 0.34.4)
     "kv_cache_current": {"cause": "kv_cache", "exit": (0,), "stages": {"context"}, "no_stages": {"quant"},
                          "quant_type": "Q4_K_M", "ctx": (2048, 4096), "advice": None},
