@@ -92,10 +92,10 @@ def open_world(args, log=None) -> Iterator[World]:
             from probes.rig import Rig
 
             rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}")))
-            api, control, kind = Ollama(rig.host), rig.server, "rig"
+            api, control, kind = Ollama(rig.host, timeout_s=_http_timeout(args)), rig.server, "rig"
             server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)
         else:
-            api, control, kind = Ollama(host_from(args)), ForeignServer(), "ollama"
+            api, control, kind = Ollama(host_from(args), timeout_s=_http_timeout(args)), ForeignServer(), "ollama"
             server_pid = local_server_pid(api.host)
         api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
         selection = select_reader(getattr(args, "memory_source", None), server_pid=server_pid,
@@ -109,6 +109,11 @@ def open_world(args, log=None) -> Iterator[World]:
                        hz=getattr(args, "hz", 20.0), timeout_s=getattr(args, "timeout", 900.0),
                        on_gpu=info.vendor in ("nvidia", "amd"))
         yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind)
+
+
+def _http_timeout(args) -> float:
+    # --timeout bounds each request too: a hung server (SIGSTOP) ends in one line, not a wait forever
+    return float(getattr(args, "timeout", 900.0) or 900.0)
 
 
 def local_server_pid(host: str) -> int | None:
