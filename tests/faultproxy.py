@@ -8,7 +8,7 @@ network breaks: ``http500`` answers chosen paths with a 500, ``malformed``
 returns the real answer as JSON that does not parse, ``cut`` closes the
 connection in the middle of a line of the response, ``drip`` hands the real
 response over a few bytes at a time. A fault can wait for the ``skip``-th
-matching request and the mode can be changed while the proxy runs
+matching request, last for ``count`` requests (a burst), and the mode can be changed while the proxy runs
 (``proxy.mode = "cut"``), so a probe can be hit halfway. The proxy stops
 by itself after ``lifetime_s`` so that a forgotten one cannot outlive a run.
 
@@ -40,7 +40,7 @@ class FaultProxy:
     """``with FaultProxy(target="127.0.0.1:PORT", mode="pass") as p: p.url``."""
 
     def __init__(self, target: str, mode: str = "pass", *, paths: tuple[str, ...] | None = None,
-                 skip: int = 0, lifetime_s: float = 300.0, drip_bytes: int = 8,
+                 skip: int = 0, count: int | None = None, lifetime_s: float = 300.0, drip_bytes: int = 8,
                  drip_interval_s: float = 0.05, io_timeout_s: float = 120.0):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -49,6 +49,7 @@ class FaultProxy:
         self.mode = mode
         self.paths = tuple(paths) if paths else None  # None: every path
         self.skip = skip
+        self.count = count  # None: every matching request after the skipped ones; else a burst of this many
         self.lifetime_s = lifetime_s
         self.drip_bytes = max(1, drip_bytes)
         self.drip_interval_s = drip_interval_s
@@ -228,7 +229,9 @@ class FaultProxy:
         with self._lock:
             self._matched += 1
             n = self._matched
-        return mode if n > self.skip else "pass"
+        if n <= self.skip or (self.count is not None and n > self.skip + self.count):
+            return "pass"
+        return mode
 
     # -- the faults --------------------------------------------------------
 

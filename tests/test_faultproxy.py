@@ -88,6 +88,9 @@ def test_skip_lets_the_first_matching_requests_through(upstream):
     with FaultProxy(target=upstream, mode="http500", skip=2) as p:
         codes = [httpx.get(p.url + "/api/ps").status_code for _ in range(4)]
     assert codes == [200, 200, 500, 500]
+    with FaultProxy(target=upstream, mode="http500", skip=1, count=2) as p:
+        codes = [httpx.get(p.url + "/api/ps").status_code for _ in range(5)]
+    assert codes == [200, 500, 500, 200, 200]  # a burst, then the server is fine again
 
 
 def test_malformed_answers_200_with_json_that_does_not_parse(upstream):
