@@ -65,17 +65,16 @@ def run_sessions(args) -> int:
 
 def run_resume(args) -> int:
     from assistant.cli import build_parser
-    from assistant.journal import t as _t
 
     with Journal() as journal:
         log = journal.session(args.id)
         info = log.info
         if log.result is not None:
-            print("oomvet: " + _t("journal.finished", sid=log.id), file=sys.stderr)
+            print("oomvet: " + t("journal.finished", sid=log.id), file=sys.stderr)
             return EXIT_USAGE
         argv = info.get("argv")
         if info.get("command") != "diagnose" or not argv:
-            raise UsageError(_t("journal.cannot_resume", sid=log.id, command=info.get("command") or "?"))
+            raise UsageError(t("journal.cannot_resume", sid=log.id, command=info.get("command") or "?"))
         again = build_parser().parse_args(argv)
         again.argv = argv
         again.resume_log = log

@@ -23,7 +23,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -148,7 +147,7 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 150) -> dict:
     cmd = [sys.executable, "-m", "assistant", "diagnose", "--host", host, "--model", MODEL, "--auto",
            "--answers", str(answers), "--settle", "1", "--timeout", str(case.timeout_s), "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    injected, stopped_pid = False, None
+    injected, stopped_pid = case.fault == "none", None  # disk cases are set up before the run
     t0 = time.monotonic()
     try:
         while proc.poll() is None and time.monotonic() - t0 < budget_s:
@@ -181,13 +180,15 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 150) -> dict:
             os.kill(stopped_pid, signal.SIGCONT)
         if proxy:
             proxy.stop()
-    lines = [ln for ln in stderr.strip().splitlines() if ln.startswith(("oomvet:", "hint:"))]
+    lines = [ln for ln in stderr.strip().splitlines() if ln.startswith("oomvet:")]
     if case.fault == "kill_server":
         rig.server.stop()
         rig.server.start()  # the matrix brings it back; oomvet could not (not its process to own)
         api.load("neohorse-1:q4_1", {"num_ctx": 1024})
     time.sleep(0.5)
     after = sorted((m.name, m.context_length) for m in Ollama(rig.host).ps())
+    if case.state == "full":  # the user frees space; then the journal must be whole and resumable
+        subprocess.run(["mount", "-o", "remount,size=4m", str(state)], check=True)
     journal_ok, journal_note = _journal_ok(state / "journal.sqlite3")
     partial = _partial(out)
     for m in mounts:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import ollama
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
