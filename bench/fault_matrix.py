@@ -125,7 +125,8 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 150) -> dict:
     state, out = work / "state", work / "out"
     mounts = []
     if case.state == "full":
-        _mount(state, "size=64k")
+        # room for the session's first entries, not for all of them: the disk fills mid-run
+        _mount(state, "size=192k")
         mounts.append(state)
     if case.out == "file":
         out.write_text("a file where the folder should be")
