@@ -19,7 +19,8 @@ from probes.errors import ProbeError
 from rules.engine import RulesUnavailable
 
 # order = order in --help
-COMMANDS = ("chat", "diagnose", "probe", "intake", "devices", "check", "apply", "simulate")
+COMMANDS = ("chat", "diagnose", "probe", "intake", "devices", "check", "apply", "simulate",
+            "sessions")  # cmd_sessions also registers resume and report
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if _command_module("chat") is not None:
             argv = ["chat", *argv]
     args = parser.parse_args(argv)  # argparse exits 2 with one usage line on bad flags
+    args.argv = argv  # journalled, so `oomvet resume` can run the same command again
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -13,8 +13,8 @@ import sys
 from rich.console import Console
 
 from assistant.answers import load_answers
-from assistant.deliver import deliver
 from assistant.i18n import catalog, set_lang, t
+from assistant.journal import open_log, tracking
 from assistant.intake import parse as parse_intake
 from assistant.session import Session
 from assistant.ui import AutoUI
@@ -57,12 +57,14 @@ def run(args) -> int:
     intake = parse_intake(answers.get("symptom") or "")
     with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
         settle = args.settle if args.settle is not None else (5.0 if world.kind != "ollama" else 30.0)
+        log = open_log(args, world, model=model, lang=lang, settle_s=settle, answers=answers)
         session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle,
-                          answers=answers)
+                          answers=answers, journal=log)
         if answers.get("symptom"):
             session.transcript.add_user(answers["symptom"])
-        outcome = session.run()
-    doc, paths = deliver(args.out, outcome.result)
+        with tracking(log):
+            outcome = session.run()
+    doc, paths = log.deliver(args.out, outcome.result)
     err.print(t("diagnose.wrote", n=len(paths), out=args.out, names=", ".join(p.name for p in paths)),
               highlight=False, markup=False)
     if args.json:

@@ -65,6 +65,7 @@ class Session:
     charts: list = field(default_factory=list)
     last_stability: dict | None = None
     broken: ProbeError | None = None   # the probe error that ended the session early
+    journal: Any = None              # assistant.journal.SessionLog: everything on disk before it is used
 
     def run(self) -> Outcome:
         advisor = Advisor()
@@ -97,7 +98,11 @@ class Session:
         return facts
 
     def _loop(self, advisor: Advisor) -> Outcome:
-        step = advisor.post_many(self._initial_facts())
+        step = None
+        if self.journal is not None:  # a resumed session first replays what it had journalled
+            advisor, step = self.journal.attach(advisor, self)
+        if step is None:
+            step = advisor.post_many(self._initial_facts())
         for _ in range(MAX_STEPS):
             if step is None:
                 raise RuntimeError("the rules gave no next step")
@@ -171,6 +176,8 @@ class Session:
         breaks (the server went away, a model is missing, an unload never
         finished) gives a failed result, and the session ends with what was
         measured before it instead of losing everything."""
+        if self.journal is not None:
+            self.journal.append("probe_started", {"probe": label})
         try:
             return self.ui.run_probe(label, work, env)
         except Cancelled:
@@ -180,6 +187,8 @@ class Session:
             return ProbeResult(label, ok=False, error=str(exc))
 
     def _post_result(self, advisor: Advisor, step: dict, name: str, result: ProbeResult) -> dict:
+        if self.journal is not None:
+            self.journal.append("charts", {"charts": [c.to_dict() for c in result.charts]})
         self.charts.extend(c.to_dict() for c in result.charts)
         for fact in result.facts:
             if fact["kind"] == "stability":
@@ -198,6 +207,8 @@ class Session:
             if key in step:
                 entry[key] = step[key]
         entry.update({k: v for k, v in extra.items() if v is not None or k == "ok"})
+        if self.journal is not None:
+            self.journal.append("step", entry)
         self.steps.append(entry)
 
     # -- the end -------------------------------------------------------------
@@ -234,10 +245,13 @@ class Session:
             "transcript": self.transcript.to_json(),
             "lang": self.lang,
         }
-        self.ui.show("done", result=result)
+        code = EXIT_OK if (verified and fits and config) else EXIT_NO_FIT
         if isinstance(self.broken, ServerUnreachableError):
-            return Outcome(result, self.broken.exit_code)
-        return Outcome(result, EXIT_OK if (verified and fits and config) else EXIT_NO_FIT)
+            code = self.broken.exit_code
+        if self.journal is not None:
+            self.journal.finished(result, code)
+        self.ui.show("done", result=result)
+        return Outcome(result, code)
 
     def _evidence(self, facts: list[dict]) -> dict:
         device = next((f for f in facts if f["kind"] == "device"), {})

@@ -120,11 +120,11 @@ def open_world(args, log=None) -> Iterator[World]:
             from probes.rig import Rig
 
             rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}")))
-            api, control, kind = Ollama(rig.host), rig.server, "rig"
+            api, control, kind = Ollama(rig.host, timeout_s=_http_timeout(args)), rig.server, "rig"
             server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)
             server_log, log_why = find_log(getattr(args, "server_log", None) or rig.server.log_path)
         else:
-            api, control, kind = Ollama(host_from(args)), ForeignServer(), "ollama"
+            api, control, kind = Ollama(host_from(args), timeout_s=_http_timeout(args)), ForeignServer(), "ollama"
             server_pid = local_server(api.host)
             server_log, log_why = find_log(getattr(args, "server_log", None)) \
                 if server_pid is not None or getattr(args, "server_log", None) else (None, "the server is elsewhere")
@@ -157,6 +157,11 @@ def open_world(args, log=None) -> Iterator[World]:
         env.log = server_log
         yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind, server_fact=server,
                     server_log=server_log, log_why=log_why)
+
+
+def _http_timeout(args) -> float:
+    # --timeout bounds each request too: a hung server (SIGSTOP) ends in one line, not a wait forever
+    return float(getattr(args, "timeout", 900.0) or 900.0)
 
 
 def remote_selection(host: str) -> Selection:

@@ -71,6 +71,13 @@ class ProbeEnv:
     release_timeout_s: float = 60.0
     last_idle_bytes: int | None = None   # the idle reading of the latest step, for unload()
     log: Any = None                      # probes.serverlog.ServerLog: the server's log, when readable
+    # told of every change to the server before it is made and after it is
+    # undone (the session journal), so a killed session's changes can be undone
+    on_change: Callable[[str, dict], None] | None = None
+
+    def changed(self, event: str, **data) -> None:
+        if self.on_change is not None:
+            self.on_change(event, data)
 
     def say(self, event: str, **data) -> None:
         if self.progress is not None:
@@ -318,6 +325,9 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
     model that was loaded before at its old context length. Runs on errors,
     timeouts and Ctrl-C too."""
     before = env.api.ps()
+    key = f"loaded-{time.monotonic_ns()}"
+    was = [{"name": m.name, "context_length": m.context_length} for m in before]
+    env.changed("loaded_before", key=key, host=env.api.host, models=was)
     try:
         yield before
     finally:
@@ -325,9 +335,13 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
         env.cancel.clear()  # the restore itself must not be cancelled
         try:
             restore(env.api, before)
+        except Exception as exc:
+            env.changed("restore_failed", key=key, host=env.api.host, models=was, reason=str(exc))
+            raise
         finally:
             if cancel_was_set:
                 env.cancel.set()
+        env.changed("restored", key=key)
 
 
 @contextlib.contextmanager
@@ -345,11 +359,19 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
     if not env.control.can_restart():
         yield False
         return
+    back = {k: current.get(k, defaults.get(k, "")) for k in changes}
+    key = f"settings-{time.monotonic_ns()}"
+    env.changed("settings_before", key=key, host=env.api.host, settings=back, wanted=changes)
     env.control.restart(changes)
     try:
         yield True
     finally:
-        env.control.restart({k: current.get(k, defaults.get(k, "")) for k in changes})
+        try:
+            env.control.restart(back)
+        except Exception as exc:
+            env.changed("restore_failed", key=key, host=env.api.host, settings=back, reason=str(exc))
+            raise
+        env.changed("settings_restored", key=key)
 
 
 def restore(api: Ollama, before: list[Loaded]) -> None:

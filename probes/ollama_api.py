@@ -141,7 +141,7 @@ class Ollama:
             if exc.status_code == 404:
                 raise ModelNotFoundError(f"model {model!r} is not on the server at {self.host}",
                                          hint=f"ollama pull {model}  (oomvet never pulls on its own)") from None
-            raise ProbeError(f"ollama show {model}: {exc.error}") from None
+            raise ProbeError(f"ollama show {model}: {_one_line(exc.error)} (status {exc.status_code})") from None
         details = resp.details
         return ModelShow(name=model, quantization=details.quantization_level if details else None,
                          family=details.family if details else None,
@@ -151,8 +151,13 @@ class Ollama:
     def ps(self) -> list[Loaded]:
         """``ollama ps``: loaded models with Ollama's size / size_vram estimate."""
         out = []
-        for m in self._call(self.client.ps).models:
-            out.append(Loaded(name=m.model, size_bytes=int(m.size or 0), size_vram_bytes=int(m.size_vram or 0),
+        try:
+            models = self._call(self.client.ps).models
+        except ollama.ResponseError as exc:
+            raise ProbeError(f"ollama ps at {self.host}: {_one_line(exc.error)} (status {exc.status_code})") from None
+        for m in models:
+            out.append(Loaded(name=str(m.model or getattr(m, "name", None) or ""), size_bytes=int(m.size or 0),
+                              size_vram_bytes=int(m.size_vram or 0),
                               context_length=getattr(m, "context_length", None),
                               quantization=m.details.quantization_level if m.details else None,
                               digest=getattr(m, "digest", None) or None))
@@ -241,5 +246,18 @@ class Ollama:
         except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ServerUnreachableError(f"no Ollama server answers at {self.host}",
                                          hint="start it with `ollama serve`, or pass --host URL") from exc
+        except httpx.TimeoutException as exc:  # a hung server (SIGSTOP, a stuck runner)
+            raise ServerUnreachableError(f"the Ollama server at {self.host} stopped answering "
+                                         f"(no reply within its timeout: {type(exc).__name__})") from exc
+        except (httpx.HTTPError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            # an answer that is not what Ollama sends (a proxy, a crash mid-reply):
+            # JSON that does not parse, fields of the wrong type, a cut connection
+            raise ProbeError(f"the Ollama server at {self.host} sent an answer oomvet cannot read: "
+                             f"{_one_line(exc) if str(exc).strip() else type(exc).__name__}") from exc
+
+
+def _one_line(text) -> str:
+    # a server's error body is shown in one line of ours, whatever it holds
+    return " ".join(str(text or "").split()) or "no reason given"
 
 

@@ -48,3 +48,9 @@ def rig():
 def raise_errors(monkeypatch):
     """Under test, let OomvetError propagate instead of being prettified."""
     monkeypatch.setenv("OOMVET_RAISE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _journal_in_tmp(tmp_path_factory, monkeypatch):
+    """Sessions a test runs are journalled in a folder of its own, never the user's."""
+    monkeypatch.setenv("OOMVET_STATE_DIR", str(tmp_path_factory.mktemp("state")))

@@ -1,0 +1,142 @@
+"""``oomvet sessions``, ``resume`` and ``report`` on simulated sessions.
+
+A diagnose run against the GPU simulator is journalled; the journal is then
+cut where a SIGKILL would have cut it (in the middle of the context probe's
+facts, or just after it started) and ``oomvet resume`` must end with the
+config the uninterrupted run found. ``oomvet report`` must write the same
+bytes from the journal alone, the simulated server long gone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from assistant.cli import main
+from assistant.journal import DB_NAME
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "kv_cache.yaml"
+ANSWERS = ROOT / "scenarios" / "kv_cache.answers.yaml"
+
+
+def _diagnose(out: Path, capsys) -> dict:
+    code = main(["diagnose", "--simulate", str(SCENARIO), "--answers", str(ANSWERS), "--settle", "0.2",
+                 "--out", str(out), "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    payload["exit"] = code
+    return payload
+
+
+def _sessions(capsys) -> list[dict]:
+    assert main(["sessions", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["sessions"]
+
+
+@pytest.fixture
+def finished(tmp_path, capsys):
+    payload = _diagnose(tmp_path / "first", capsys)
+    (row,) = _sessions(capsys)
+    return payload, row, tmp_path
+
+
+def test_a_finished_session_is_listed_with_its_cause_and_verdict(finished):
+    payload, row, _ = finished
+    assert row["state"] == "finished" and row["cause"] == payload["diagnosis"]["cause"] == "kv_cache"
+    assert row["verified"] is payload["verified"] is True
+    assert row["model"] == "neohorse-1:q4_K_M" and row["server"].startswith("http://127.0.0.1:")
+
+
+def test_report_writes_the_same_bytes_from_the_journal_alone(finished, capsys):
+    payload, row, tmp = finished
+    assert main(["report", row["id"], "--out", str(tmp / "again")]) == 0
+    first = {p.name: p.read_bytes() for p in (tmp / "first").iterdir()}
+    again = {p.name: p.read_bytes() for p in (tmp / "again").iterdir()}
+    assert set(first) == set(again) and len(first) >= 8
+    assert [n for n in first if first[n] != again[n]] == []
+
+
+def _cut(journal: Path, sid: str, keep_through: int) -> None:
+    """What a SIGKILL leaves: entries up to ``keep_through``, state still running, its pid gone."""
+    db = sqlite3.connect(journal)
+    db.execute("DELETE FROM entries WHERE session = ? AND seq > ?", (sid, keep_through))
+    db.execute("UPDATE sessions SET state = 'running', cause = NULL, verified = NULL, pid = 2147483600 "
+               "WHERE id = ?", (sid,))
+    db.commit()
+    db.close()
+
+
+def _entries(journal: Path, sid: str) -> list[tuple[int, str, dict]]:
+    db = sqlite3.connect(journal)
+    rows = [(s, k, json.loads(b)) for s, k, b in
+            db.execute("SELECT seq, kind, body FROM entries WHERE session = ? ORDER BY seq", (sid,))]
+    db.close()
+    return rows
+
+
+def _cut_points(rows):
+    started = next(s for s, k, b in rows if k == "probe_started" and b["probe"] == "context")
+    tiers = [s for s, k, b in rows if k == "fact" and b["fact"]["kind"] == "tier" and s > started]
+    return {"just after the context probe started": started, "halfway through its facts": tiers[len(tiers) // 2]}
+
+
+@pytest.mark.parametrize("where", ["just after the context probe started", "halfway through its facts"])
+def test_resume_after_a_cut_in_the_context_step_ends_with_the_same_config(finished, capsys, where):
+    payload, row, tmp = finished
+    journal = Path(os.environ["OOMVET_STATE_DIR"]) / DB_NAME
+    rows = _entries(journal, row["id"])
+    _cut(journal, row["id"], _cut_points(rows)[where])
+    (cut,) = _sessions(capsys)
+    assert cut["state"] == "cut" and cut["verified"] is None
+
+    code = main(["resume", row["id"]])
+    err = capsys.readouterr().err
+    assert code == payload["exit"] == 0
+    assert "resuming session" in err and "the context probe was cut in the middle" in err
+    (done,) = _sessions(capsys)
+    assert done["state"] == "finished" and done["verified"] is True
+    again = _entries(journal, row["id"])
+    result = next(b for _, k, b in reversed(again) if k == "finished")["result"]
+    assert result["config"] == payload["config"]
+    # the cut probe ran once more, and no step of it is counted twice
+    assert [s["n"] for s in result["steps"]] == list(range(1, len(result["steps"]) + 1))
+    assert [s.get("probe") for s in result["steps"]] == [s.get("probe") for s in payload["steps"]]
+
+
+def test_resume_of_a_finished_session_says_so_and_exits_2(finished, capsys):
+    _, row, _ = finished
+    assert main(["resume", row["id"]]) == 2
+    assert f"oomvet report {row['id']}" in capsys.readouterr().err
+
+
+def test_unknown_session_ids_are_one_line_and_exit_2(capsys):
+    for argv in (["resume", "nope"], ["report", "nope"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no session nope" in err
+
+
+def test_report_of_an_unfinished_session_points_at_resume(finished, capsys):
+    _, row, _ = finished
+    journal = Path(os.environ["OOMVET_STATE_DIR"]) / DB_NAME
+    _cut(journal, row["id"], 5)
+    assert main(["report", row["id"]]) == 2
+    assert f"oomvet resume {row['id']}" in capsys.readouterr().err
+
+
+def test_an_unwritable_output_folder_keeps_the_session_for_report(tmp_path, capsys):
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the folder should be")
+    code = main(["diagnose", "--simulate", str(SCENARIO), "--answers", str(ANSWERS), "--settle", "0.2",
+                 "--out", str(blocker)])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a folder" in err
+    (row,) = _sessions(capsys)
+    assert f"hint: the session is kept: oomvet report {row['id']} --out DIR" in err
+    assert row["state"] == "finished"
+    assert main(["report", row["id"], "--out", str(tmp_path / "elsewhere")]) == 0
+    assert (tmp_path / "elsewhere" / "oomvet.yaml").is_file()
+    assert blocker.read_text() == "a file where the folder should be"
