@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""The context search against a fine sweep and the old x4 ladder, on the rig.
+
+    OOMVET_RIG_CACHE=/work/main/.cache .venv/bin/python bench/bench_search.py [--ollama-bin PATH]
+
+One engine per run (the rig's v0.11.4 by default; ``--ollama-bin`` points at
+another build, e.g. the v0.34.4 prefix). The F16 stand-in is swept every 256
+tokens from 2048 to its trained 8192 (every point a load plus a prompt that
+fills 85 %, as the context step measures), which gives the true largest
+fitting context for any budget. Three budgets between the 2048 peak and the
+8192 peak are then searched (``probes/search.py``) and laddered (2048, 4096,
+8192 as the seed did), each in the same run. Prints loads, the context found,
+its share of the true maximum and the wall time. Not a test: the figures go
+into bench/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from probes import context  # noqa: E402
+from probes.base import ProbeEnv  # noqa: E402
+from probes.memory.select import select_reader  # noqa: E402
+from probes.ollama_api import Ollama  # noqa: E402
+from probes.rig import Rig  # noqa: E402
+from probes.units import fmt_size  # noqa: E402
+from rules.thresholds import fit_limit  # noqa: E402
+
+MODEL = "neohorse-1:f16"
+TRAINED = 8192
+
+
+def tier_points(result) -> dict[int, tuple[bool, int | None]]:
+    return {f["num_ctx"]: (f["ok"], f["peak"]) for f in result.facts if f["kind"] == "tier"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ollama-bin", help="another Ollama build (sets OLLAMA_BIN for the rig)")
+    parser.add_argument("--step", type=int, default=256)
+    args = parser.parse_args()
+    if args.ollama_bin:
+        os.environ["OLLAMA_BIN"] = args.ollama_bin
+    with Rig(log=lambda m: print(f"[rig] {m}", file=sys.stderr)) as rig:
+        api = Ollama(rig.host)
+        print(f"engine: Ollama {api.version()}  model {MODEL}", flush=True)
+        reader = select_reader(server_pid=lambda: rig.server_pid).reader
+        env = ProbeEnv(api=api, reader=reader, device=reader.info(), control=rig.server)
+
+        started = time.monotonic()
+        sweep_ctx = list(range(2048, TRAINED + 1, args.step))
+        sweep = tier_points(context.run(env, MODEL, tiers=sweep_ctx))
+        sweep_s = time.monotonic() - started
+        print(f"sweep: {len(sweep)} loads in {sweep_s:.0f}s; peak 2048 {fmt_size(sweep[2048][1])}, "
+              f"8192 {fmt_size(sweep[TRAINED][1])}", flush=True)
+        low, high = sweep[2048][1], sweep[TRAINED][1]
+        for share in (0.25, 0.5, 0.75):
+            budget = int((low + share * (high - low)) / 0.95)  # the fit limit lands at that share
+            limit = fit_limit(budget)
+            true_max = max((c for c, (ok, peak) in sweep.items() if ok and peak is not None and peak <= limit),
+                           default=None)
+            env.limit_bytes = budget
+            line = [f"budget {fmt_size(budget)} (fit {fmt_size(limit)}): true max {true_max}"]
+            for name, kwargs in (("search", {}), ("ladder", {"tiers": [2048, 4096, 8192]})):
+                t0 = time.monotonic()
+                result = context.run(env, MODEL, want_ctx=TRAINED, fit_limit_bytes=limit, **kwargs)
+                wall = time.monotonic() - t0
+                points = tier_points(result)
+                found = max((c for c, (ok, peak) in points.items() if ok and peak is not None and peak <= limit),
+                            default=None)
+                share_of = f"{100 * found / true_max:.0f}%" if found and true_max else "—"
+                line.append(f"{name}: {len(points)} loads, ctx {found}, {share_of} of true max, {wall:.0f}s")
+            print(" | ".join(line), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
