@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,22 +40,30 @@ def tier_points(result) -> dict[int, tuple[bool, int | None]]:
     return {f["num_ctx"]: (f["ok"], f["peak"]) for f in result.facts if f["kind"] == "tier"}
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # a kill unwinds like Ctrl-C, so the rig's server is stopped
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ollama-bin", help="another Ollama build (sets OLLAMA_BIN for the rig)")
     parser.add_argument("--step", type=int, default=256)
+    parser.add_argument("--fill", type=float, default=context.FILL,
+                        help="share of num_ctx each request fills (default %(default)s; on a loaded 2-core "
+                             "machine 0.02 keeps the sweep to minutes: the KV cache is allocated at load)")
     args = parser.parse_args()
     if args.ollama_bin:
         os.environ["OLLAMA_BIN"] = args.ollama_bin
     with Rig(log=lambda m: print(f"[rig] {m}", file=sys.stderr)) as rig:
         api = Ollama(rig.host)
-        print(f"engine: Ollama {api.version()}  model {MODEL}", flush=True)
+        print(f"engine: Ollama {api.version()}  model {MODEL}  fill {args.fill}", flush=True)
         reader = select_reader(server_pid=lambda: rig.server_pid).reader
         env = ProbeEnv(api=api, reader=reader, device=reader.info(), control=rig.server)
 
         started = time.monotonic()
         sweep_ctx = list(range(2048, TRAINED + 1, args.step))
-        sweep = tier_points(context.run(env, MODEL, tiers=sweep_ctx))
+        sweep = tier_points(context.run(env, MODEL, tiers=sweep_ctx, fill=args.fill))
         sweep_s = time.monotonic() - started
         print(f"sweep: {len(sweep)} loads in {sweep_s:.0f}s; peak 2048 {fmt_size(sweep[2048][1])}, "
               f"8192 {fmt_size(sweep[TRAINED][1])}", flush=True)
@@ -68,7 +77,7 @@ def main() -> int:
             line = [f"budget {fmt_size(budget)} (fit {fmt_size(limit)}): true max {true_max}"]
             for name, kwargs in (("search", {}), ("ladder", {"tiers": [2048, 4096, 8192]})):
                 t0 = time.monotonic()
-                result = context.run(env, MODEL, want_ctx=TRAINED, fit_limit_bytes=limit, **kwargs)
+                result = context.run(env, MODEL, want_ctx=TRAINED, fit_limit_bytes=limit, fill=args.fill, **kwargs)
                 wall = time.monotonic() - t0
                 points = tier_points(result)
                 found = max((c for c, (ok, peak) in points.items() if ok and peak is not None and peak <= limit),

@@ -246,7 +246,8 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
     peak = step.peak  # None: unmeasured (never 0), with the reason beside it
     fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "model": model, "prompt_tokens": evaluated,
             "sent_tokens": sent, "peak": peak, "back_to_baseline": back, "ok": ok, "error": error,
-            "truncated": truncated, "oom": oom, "placement": placement, "over_limit": bool(step.over_limit())}
+            "truncated": truncated, "oom": oom, "placement": placement, "over_limit": bool(step.over_limit()),
+            "ps_size": loaded.size_bytes if loaded else None}  # Ollama's own figure (estimate or measured by version)
     if peak is None:
         fact["unmeasured"] = getattr(step, "unmeasured", None) or "the memory source gave no reading"
     result.charts.append(step.chart())
