@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probes import context, predict  # noqa: E402
 from probes.base import ProbeEnv  # noqa: E402
 from probes.calibrate import Calibration  # noqa: E402
-from probes.memory.select import select_reader  # noqa: E402
+from probes.memory.host import HostReader, is_ollama_runner  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402
 from probes.rig import Rig  # noqa: E402
 from probes.units import fmt_size  # noqa: E402
@@ -35,6 +35,15 @@ CONTEXTS = (2048, 4096, 6144, 8192)
 
 def err(pred: int | None, peak: int) -> str:
     return "—" if pred is None else f"{100 * (pred - peak) / peak:+.1f}%"
+
+
+def rig_reader(rig) -> HostReader:
+    """Host RSS of the rig's model process: ``ollama runner`` on the legacy
+    engine, ``llama-server`` on the current one (the host reader's own match
+    knows only the first; see the report)."""
+    def match(cmdline) -> bool:
+        return is_ollama_runner(cmdline) or (bool(cmdline) and cmdline[0].rsplit("/", 1)[-1] == "llama-server")
+    return HostReader(server_pid=lambda: rig.server_pid, match=match)
 
 
 def _terminate(signum, frame):
@@ -53,8 +62,8 @@ def main() -> int:
         api = Ollama(rig.host)
         _, engine = predict.server_engine(api)
         print(f"engine: Ollama {api.version()} ({engine})  fill {args.fill}", flush=True)
-        reader = select_reader(server_pid=lambda: rig.server_pid).reader
-        env = ProbeEnv(api=api, reader=reader, device=reader.info(), control=rig.server)
+        reader = rig_reader(rig)
+        env = ProbeEnv(api=api, reader=reader, device=reader.info(), control=rig.server, timeout_s=7200)
         print(f"{'tag':18s} {'num_ctx':>7s} {'peak':>10s} {'model':>8s} {'cal 1':>8s} {'cal 2':>8s} {'/api/ps':>8s}")
         worst = {"model": 0.0, "cal 1": 0.0, "cal 2": 0.0, "/api/ps": 0.0}
         for tag in TAGS:
