@@ -19,7 +19,7 @@ from probes.errors import ProbeError
 from rules.engine import RulesUnavailable
 
 # order = order in --help
-COMMANDS = ("chat", "diagnose", "probe", "intake", "devices", "check", "apply", "simulate",
+COMMANDS = ("chat", "diagnose", "probe", "intake", "devices", "plan", "check", "apply", "simulate",
             "sessions")  # cmd_sessions also registers resume and report
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from assistant.i18n import catalog, set_lang, t
 from assistant.world import add_world_args, open_world, require_model
 from probes import backend, baseline, context, quant, stability
+from rules.thresholds import fit_limit
 from probes.units import fmt_size
 
 NAMES = ("baseline", "context", "quant", "backend", "stability")
@@ -86,7 +87,8 @@ def _dispatch(args, world, model):
         return baseline.run(env, model, num_ctx=args.num_ctx, num_batch=args.num_batch, settle_s=settle)
     if args.name == "context":
         tiers = [int(x) for x in args.tiers.split(",")] if args.tiers else None
-        return context.run(env, model, tiers=tiers, want_ctx=args.want_ctx, num_batch=args.num_batch)
+        return context.run(env, model, tiers=tiers, want_ctx=args.want_ctx, num_batch=args.num_batch,
+                           fit_limit_bytes=None if env.limit_bytes is None else fit_limit(env.limit_bytes))
     if args.name == "quant":
         return quant.run(env, model, num_ctx=args.num_ctx, allow_pull=args.allow_pull)
     if args.name == "backend":

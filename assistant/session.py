@@ -25,6 +25,7 @@ from probes.base import Cancelled, ProbeResult
 from probes.errors import ProbeError, ServerUnreachableError
 from probes.units import fmt_size
 from rules.engine import Advisor
+from rules.thresholds import fit_limit
 
 MAX_STEPS = 60  # a guard against a rules bug looping forever
 
@@ -159,7 +160,8 @@ class Session:
                                         num_parallel=args.get("num_parallel", 1), settle_s=self.settle_s)
         if name == "context":
             return lambda: context.run(env, model, tiers=args.get("tiers"), want_ctx=args.get("want_ctx"),
-                                       num_parallel=args.get("num_parallel", 1))
+                                       num_parallel=args.get("num_parallel", 1),
+                                       fit_limit_bytes=None if env.limit_bytes is None else fit_limit(env.limit_bytes))
         if name == "quant":
             return lambda: quant.run(env, model, num_ctx=args.get("num_ctx", 2048))
         if name == "backend":

@@ -9,6 +9,7 @@ task, when there is one: only what it kept can be held against a lower bit. Limi
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -97,3 +98,63 @@ def check(answer: str, task: str, reference: str | None = None, done_reason: str
     if spans and not any(span in text for span in spans):
         issues.append("code span rewritten: " + ", ".join(sorted(spans)[:3]))
     return Coherence(not issues, tuple(issues), share)
+
+
+# -- a measured signal where the server has one: token log-probabilities -----
+#
+# Ollama's /api/generate takes ``logprobs: true`` and ``top_logprobs: N``
+# (api/types.go: GenerateRequest.Logprobs / TopLogprobs, 0-20) and answers
+# with ``logprobs: [{token, logprob, top_logprobs: [{token, logprob}]}]``
+# per generated token; older servers ignore the fields. With greedy decoding
+# both tags follow the same text until they first choose differently, so the
+# comparison runs over that shared prefix (and the position where they part).
+
+TOP_LOGPROBS = 5
+
+
+def logprob_steps(api, model: str, task: str, options: dict, top: int = TOP_LOGPROBS) -> list[dict] | None:
+    """The per-token log-probabilities of ``model``'s answer to ``task``, or
+    None when the server does not return them (``curl HOST/api/generate -d
+    '{"model": M, "prompt": P, "logprobs": true, "top_logprobs": 5}'``)."""
+    try:
+        resp = api._call(lambda: api.client.generate(model=model, prompt=task, options=dict(options),
+                                                     logprobs=True, top_logprobs=top, stream=False))
+    except Exception:  # noqa: BLE001  (a server that refuses the fields has no signal to give)
+        return None
+    steps = getattr(resp, "logprobs", None)
+    if not steps:
+        return None
+    out = []
+    for step in steps:
+        tops = {t.token: t.logprob for t in (getattr(step, "top_logprobs", None) or [])}
+        out.append({"token": step.token, "logprob": step.logprob, "top": tops})
+    return out
+
+
+def compare_logprobs(reference: list[dict], candidate: list[dict]) -> dict:
+    """Raw agreement of a candidate with the reference (the rules judge it):
+    ``agreement`` the share of the reference's positions where the candidate
+    chose the same token before the two first parted, ``kl`` the mean KL
+    divergence KL(reference || candidate) of the top-N distributions over
+    the positions compared (renormalised on the reference's top tokens; a
+    token missing from the candidate's top list gets its lowest logprob),
+    ``positions`` how many positions were compared."""
+    compared = 0
+    same = 0
+    kls = []
+    for ref, cand in zip(reference, candidate):
+        compared += 1
+        kls.append(_kl(ref["top"] or {ref["token"]: ref["logprob"]}, cand["top"] or {cand["token"]: cand["logprob"]}))
+        if ref["token"] != cand["token"]:
+            break  # past here the two condition on different text
+        same += 1
+    return {"agreement": same / len(reference) if reference else None,
+            "kl": sum(kls) / len(kls) if kls else None, "positions": compared}
+
+
+def _kl(p_log: dict, q_log: dict) -> float:
+    floor = min(q_log.values())
+    p = {t: math.exp(v) for t, v in p_log.items()}
+    q = {t: math.exp(q_log.get(t, floor)) for t in p_log}
+    zp, zq = sum(p.values()), sum(q.values())
+    return sum((pv / zp) * math.log((pv / zp) / (q[t] / zq)) for t, pv in p.items() if pv > 0)

@@ -1,25 +1,34 @@
-"""Step 3 of the method: the same prompt at growing context, one request per tier.
+"""Step 3 of the method: the largest context that fits, found and proved.
 
 Ollama allocates the KV cache at load for ``num_ctx x OLLAMA_NUM_PARALLEL``,
-so each tier is a reload at that ``num_ctx`` plus one request whose prompt
-fills most of it. Per tier: the idle reading, the peak (sampler), whether
-memory is released between requests (on the first tier a second request of
-the same size must not add any), and whether Ollama cut the prompt
-(``prompt_eval_count`` below the tokens sent). Stepping up stops at the first
-out-of-memory outcome. Every tier sets ``num_ctx``: what a request without it
-gets is the server's default, a finding about the server (the ``server``
-fact), never a tier of its own. By hand: ``ollama run M`` with ``/set parameter
-num_ctx N`` and a long paste, watching ``nvidia-smi -lms 50``.
+so each point is a reload at that ``num_ctx`` plus one request whose prompt
+fills most of it. The short tier (2048) comes first; the memory model,
+calibrated by every point measured so far, picks the next ``num_ctx`` to
+prove, and the search (``probes/search.py``) bisects between the best
+verified pass and the first verified failure. Per point: the idle reading,
+the peak (sampler), whether memory is released between requests (on the
+first point a second request of the same size must not add any), and whether
+Ollama cut the prompt (``prompt_eval_count`` below the tokens sent). The
+points become short / medium / long ``tier`` facts by context, so the rules
+still see whether the KV cache is the culprit. The context a request without
+``num_ctx`` gets is a finding about the server's defaults
+(``server_default_ctx`` on every tier fact, and a note), never a tier of its
+own: a prompt oomvet sends past that default would be cut by construction.
+By hand: ``ollama run M`` with ``/set parameter num_ctx N`` and a long paste,
+watching ``nvidia-smi -lms 50``.
 """
 from __future__ import annotations
 
 import time
 import uuid
 
-from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, spill_error, timed
-from probes import sanity
+from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_window,
+                         restoring, sampled, server_settings, spill_error, timed)
+from probes import predict, sanity, search
+from probes.calibrate import Calibration
 from probes.errors import ProbeError
 from probes.texts import TokenCost, fill_prompt
+from probes.units import fmt_size
 
 TIER_NAMES = ("short", "medium", "long", "longer", "longest")
 FILL = 0.85          # share of num_ctx the tier prompt fills
@@ -69,51 +78,149 @@ def calibrate(env: ProbeEnv, model: str, num_ctx: int) -> TokenCost:
 
 @timed
 def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int | None = None,
-        num_parallel: int = 1, num_batch: int = 512, fill: float = FILL) -> ProbeResult:
-    """Step up the context tiers of ``model`` until one runs out of memory;
-    then, if the user's input is longer than what a request without
-    ``num_ctx`` gets, send it at the server's default to show the cut."""
+        num_parallel: int = 1, num_batch: int = 512, fill: float = FILL, fit_limit_bytes: int | None = None,
+        max_loads: int = search.MAX_TRIALS, kv_type: str = "f16") -> ProbeResult:
+    """Find the largest ``num_ctx`` (a multiple of 256, up to the wanted or
+    trained context) whose measured peak stays at or under ``fit_limit_bytes``.
+
+    ``fit_limit_bytes`` is the caller's limit with the safety margin taken off
+    (the rules' thresholds; ``env.limit_bytes`` as it is when None). The short
+    tier (2048) is measured first; then the calibrated prediction is verified
+    and the gap bisected (``probes/search.py``), each point a load plus a
+    filling request, every one posted as a ``tier`` fact. Explicit ``tiers``
+    measure those values in order instead, stopping at the first failure
+    (the old ladder; ``--tiers`` and the bench use it)."""
     deadline = time.monotonic() + env.timeout_s
     result = ProbeResult("context", ok=True)
-    with restoring(env), server_settings(env, {"OLLAMA_NUM_PARALLEL": num_parallel}):
-        context_length = env.api.show(model).context_length
-        tiers = tiers or plan_tiers(context_length, want_ctx)
-        env.say("plan", tiers=tiers)
-        cost = calibrate(env, model, min(tiers))
+    fit_limit = fit_limit_bytes if fit_limit_bytes is not None else env.limit_bytes
+    with restoring(env), server_settings(env, {"OLLAMA_NUM_PARALLEL": num_parallel}) as applied:
+        trained = env.api.show(model).context_length
+        version, engine = predict.server_engine(env.api)
+        calibration = _calibration(env, model, engine, kv_type, num_batch, result)
+        default = predict.default_ctx(engine, env.device, env.control.env(), trained)
+        extra = {"server_default_ctx": default, "trained_ctx": trained, "fit_limit": fit_limit}
+        cap = min(want_ctx or trained or 32768, trained or want_ctx or 32768)
+        first = min(tiers) if tiers else min(START_CTX, cap)
+        cost = calibrate(env, model, first)
         env.unload(model)
-        check_release = True
-        for name, num_ctx in zip(TIER_NAMES, tiers):
+        slots = num_parallel if applied else 1
+        facts: list[dict] = []
+
+        def measure(num_ctx: int) -> search.Trial:
             env.check(deadline)
-            fact = _tier(env, result, model, name, num_ctx, num_batch, cost, fill, check_release, deadline)
-            check_release = check_release and fact["after_first_bytes"] is None
-            if fact["oom"]:
-                result.notes.append(f"stopped at tier {name} (num_ctx {num_ctx}): out of memory")
-                break
-            if not fact["ok"]:
-                result.ok, result.error = False, fact["error"]
-                break
-        _check_monotone(result)
+            predicted = calibration.predict(num_ctx, slots) if calibration else None
+            fact = _tier(env, result, model, f"num_ctx {num_ctx}", num_ctx, num_ctx, num_batch, cost, fill,
+                         not facts, deadline)
+            fact.update(extra, predicted_peak=predicted)
+            result.rows[-1]["predicted"] = predicted
+            facts.append(fact)
+            if calibration is not None and fact["ok"] and fact["peak"] is not None:
+                calibration.add(num_ctx, fact["peak"], slots)
+            elif calibration is not None and not fact["ok"] and fact["peak"] is not None and fact["over_limit"]:
+                calibration.add(num_ctx, fact["peak"], slots)  # a load that ran and measured over: still a point
+            return search.Trial(num_ctx, fact["ok"], fact["peak"], predicted, fact["error"], fact["oom"],
+                                fact.get("unmeasured"))
+
+        if tiers:
+            env.say("plan", tiers=tiers)
+            for num_ctx in tiers:
+                trial = measure(num_ctx)
+                fits = trial.fits(fit_limit) if fit_limit is not None else (trial.ok or None)
+                if not fits:
+                    break
+        else:
+            env.say("plan", tiers=[first, cap])
+            guess = (search.context_guess(calibration, fit_limit, slots) if calibration and fit_limit is not None
+                     else (lambda lo, hi: hi))
+            outcome = search.search_largest(measure, guess, fit_limit if fit_limit is not None else 1 << 62,
+                                            first, cap, step=STEP, max_trials=max_loads)
+            result.notes.append(_search_note(outcome, fit_limit, want_ctx, trained))
+        _name_tiers(facts)
+        _check_monotone(result, facts)
+        crashed = next((f for f in facts if not f["ok"] and not f["oom"] and f["error"]), None)
+        if crashed is not None:
+            result.ok, result.error = False, crashed["error"]
+        if want_ctx and trained and want_ctx > trained:
+            result.notes.append(f"the model was trained for {trained} tokens: Ollama clamps a larger num_ctx "
+                                f"({want_ctx}) to it without an error")
+        if want_ctx and default < want_ctx:
+            result.notes.append(f"a request without num_ctx gets the server default of {default} tokens "
+                                f"({engine} engine, v{version}); longer input is cut there")
+        if calibration is not None and calibration.points:
+            fit = calibration.to_dict()
+            result.notes.append("calibrated: peak = {} + {} x (KV + compute); residual {}".format(
+                fmt_size(fit["intercept"]), fit["slope"],
+                "n/a" if fit["residual"] is None else fmt_size(fit["residual"])))
+        result.facts.sort(key=lambda f: f["num_ctx"])
     return result
 
 
-def _check_monotone(result: ProbeResult) -> None:
-    """Tier peaks must grow with num_ctx; a tier whose peak falls below a
-    smaller one's was not measured right (an old runner in its idle reading)."""
-    tiers = [f for f in result.facts if f["kind"] == "tier"]
-    for num_ctx, why in sanity.monotone_problems((f["num_ctx"], f["peak"]) for f in tiers):
-        fact = next(f for f in tiers if f["num_ctx"] == num_ctx)
+START_CTX = 2048
+STEP = 256
+
+
+def _calibration(env: ProbeEnv, model: str, engine: str, kv_type: str, num_batch: int,
+                 result: ProbeResult) -> Calibration | None:
+    """The memory model bound to this tag, or None (and a note) when the
+    server's metadata cannot feed it: the search then bisects blind."""
+    try:
+        shape = predict.read_shape(env.api, model, on_gpu=env.on_gpu)
+    except (ProbeError, ValueError) as exc:
+        result.notes.append(f"no prediction for {model}: {exc}")
+        return None
+    return Calibration(predict.predictor(shape, engine, kv_type, num_batch))
+
+
+def _check_monotone(result: ProbeResult, facts: list[dict]) -> None:
+    """Tier peaks must grow with num_ctx; a tier whose peak falls clearly below
+    a smaller one's was not measured right (an old runner in its idle
+    reading, a source that lost sight of the process): not counted."""
+    ordered = sorted(facts, key=lambda f: f["num_ctx"])
+    for num_ctx, why in sanity.monotone_problems((f["num_ctx"], f["peak"]) for f in ordered):
+        fact = next(f for f in ordered if f["num_ctx"] == num_ctx)
         fact.update(peak=None, measured=False, unmeasured=why)
-        result.notes.append(f"tier {fact['name']}: not counted: {why}")
+        result.notes.append(f"num_ctx {num_ctx}: not counted: {why}")
 
 
-def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: int, num_batch: int,
-          cost: TokenCost, fill: float, check_release: bool, deadline: float) -> dict:
-    """Load at ``num_ctx``, send one prompt filling ``fill`` of it, and record
-    the tier (raw readings: the rules judge fit, release and truncation)."""
-    units = cost.units_for(int(num_ctx * fill))
+def _name_tiers(facts: list[dict]) -> None:
+    """short / medium / long by context, so the rules read "short ok, long
+    fails" whatever order the search measured them in."""
+    ordered = sorted(facts, key=lambda f: f["num_ctx"])
+    for i, fact in enumerate(ordered):
+        if i == 0:
+            fact["name"] = "short"
+        elif i == len(ordered) - 1:
+            fact["name"] = "long"
+        else:
+            fact["name"] = "medium" if len(ordered) == 3 else f"medium {i}"
+
+
+def _search_note(outcome: search.SearchResult, fit_limit: int | None, want_ctx: int | None,
+                 trained: int | None) -> str:
+    limit = fmt_size(fit_limit) if fit_limit is not None else "no limit"
+    if outcome.best is None:
+        return (f"no context fits under {limit}: the first rung (num_ctx {outcome.trials[0].value}) "
+                f"did not ({outcome.stop})")
+    why = {"cap": "the cap ({}) fits".format("wanted context" if want_ctx and outcome.cap == want_ctx
+                                             else "trained context" if outcome.cap == trained else "top"),
+           "converged": f"num_ctx {outcome.first_fail} measured over",
+           "trials": f"stopped after {outcome.loads} loads",
+           "unmeasured": "a peak could not be measured",
+           "error": "a load failed for a reason other than memory"}.get(outcome.stop, outcome.stop)
+    return (f"largest num_ctx measured to fit under {limit}: {outcome.best} ({why}; "
+            f"{outcome.loads} loads)")
+
+
+def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: int, num_ctx_option: int | None,
+          num_batch: int, cost: TokenCost, fill: float, check_release: bool, deadline: float,
+          tokens: int | None = None) -> dict:
+    """Load at ``num_ctx_option`` (None: the server's default), send one prompt
+    of ``tokens`` (default: ``fill`` of num_ctx), and record the tier."""
+    units = cost.units_for(tokens or int(num_ctx * fill))
     sent = cost.tokens(units)
-    load_options = {"num_batch": num_batch, "num_ctx": num_ctx}
+    load_options = {"num_batch": num_batch} | ({"num_ctx": num_ctx_option} if num_ctx_option else {})
     options = dict(load_options, num_predict=NUM_PREDICT, temperature=0, seed=7)
+    window = log_window(env)
     with sampled(env, f"context {name} num_ctx={num_ctx}") as step:
         step.mark("load")
         load = env.api.load(model, load_options)
@@ -139,26 +246,29 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
         after = step.now()
     if load.ok:
         env.unload(model)
+    failure = failure_fields(load if not load.ok else gen, window, "load" if not load.ok else "request")
     error = load.error if not load.ok else (spilled or (gen.error if gen is not None and not gen.ok else None))
-    oom = (not load.ok and load.oom) or bool(spilled) or (gen is not None and gen.oom) or step.over_limit()
+    oom = bool(failure.get("oom")) or bool(spilled) or step.over_limit()
     if step.over_limit() and not error:
         error = step.over_limit_text()
     ok = load.ok and gen is not None and gen.ok and not step.over_limit()
     evaluated = gen.prompt_eval_count if gen is not None and gen.ok else None
     truncated = evaluated is not None and evaluated < sent * (1 - TRUNCATION_SLACK)
     measured = step.measured
+    peak = step.peak  # None: unmeasured (never 0), with the reason beside it
     fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "model": model, "prompt_tokens": evaluated,
-            "sent_tokens": sent, "peak": step.peak, "back_to_baseline": None, "ok": ok, "error": error,
-            "truncated": truncated, "oom": oom, "placement": placement,
-            # after the first and the second request of the same size: the rules
-            # judge from these whether memory was released between requests
+            "sent_tokens": sent, "peak": peak, "back_to_baseline": None, "ok": ok, "error": error,
+            "truncated": truncated, "placement": placement, "over_limit": bool(step.over_limit()),
+            "ps_size": loaded.size_bytes if loaded else None,  # Ollama's own figure (estimate or measured by version)
+            # after load, after the first and after the second request of the same
+            # size: the rules judge from these whether memory was released between requests
             "loaded_bytes": loaded_level if load.ok and measured else None,
             "after_first_bytes": after_first if measured else None,
             "after_second_bytes": after if after_first is not None and measured else None,
-            **step.reading()}
+            **failure, "oom": oom, **step.reading()}
     result.charts.append(step.chart())
     result.facts.append(fact)
-    result.rows.append({"tier": name, "num_ctx": num_ctx, "sent tokens": sent, "evaluated": evaluated,
+    result.rows.append({"num_ctx": num_ctx, "sent tokens": sent, "evaluated": evaluated,
                         "after load": fact["loaded_bytes"], "peak": step.peak,
                         "truncated": truncated, "ok": ok, "error": (error or "")[:60] or None})
     return fact

@@ -395,3 +395,219 @@ def level_from_tag(tag: str) -> str | None:
             if "_".join(parts[:n]) in _BITS:
                 return "_".join(parts[:n])
     return None
+
+
+# -- the current engine: llama-server (Ollama v0.30 and later) ---------------
+#
+# From v0.30 Ollama starts upstream llama-server with ``-c num_ctx*parallel
+# -np parallel`` and lets llama.cpp's allocator decide. What it allocates is
+# logged per device ("model / KV / compute / output buffer size = X MiB") and
+# that sum is what /api/ps reports. The formulas below reproduce those
+# buffers; they are checked in tests against the figures a real v0.34.4
+# printed for the rig's F16 model (shared/ollama-current.md section 7).
+
+ENGINE_RUNNER = "runner"            # the in-process runner of v0.11.x and before
+ENGINE_LLAMA_SERVER = "llama-server"
+LLAMA_SERVER_SINCE = (0, 30)
+KV_PAD_CELLS = 256                  # llama.cpp pads every KV stream to 256 cells
+
+# bytes per block and values per block of each ggml tensor type (ggml.c type traits)
+GGML_TYPE_SIZE = {
+    "F32": (4, 1), "F16": (2, 1), "BF16": (2, 1), "F64": (8, 1), "I8": (1, 1), "I16": (2, 1), "I32": (4, 1),
+    "Q4_0": (18, 32), "Q4_1": (20, 32), "Q5_0": (22, 32), "Q5_1": (24, 32), "Q8_0": (34, 32), "Q8_1": (36, 32),
+    "Q2_K": (84, 256), "Q3_K": (110, 256), "Q4_K": (144, 256), "Q5_K": (176, 256), "Q6_K": (210, 256),
+    "Q8_K": (292, 256), "IQ2_XXS": (66, 256), "IQ2_XS": (74, 256), "IQ2_S": (82, 256), "IQ3_XXS": (98, 256),
+    "IQ3_S": (110, 256), "IQ1_S": (50, 256), "IQ1_M": (56, 256), "IQ4_NL": (18, 32), "IQ4_XS": (136, 256),
+    "TQ1_0": (54, 256), "TQ2_0": (66, 256), "MXFP4": (17, 32),
+}
+# llama-server's KV types (``--cache-type-k/v``), bytes per value
+LLAMA_SERVER_KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+                         "q4_1": 20 / 32, "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
+
+
+def parse_version(version: str | None) -> tuple[int, ...]:
+    """``"0.34.4"`` -> (0, 34, 4); anything unreadable -> ()."""
+    parts = []
+    for piece in str(version or "").lstrip("v").split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def engine_for_version(version: str | None) -> str:
+    """Which engine a server of this version runs GGUF models with."""
+    v = parse_version(version)
+    return ENGINE_LLAMA_SERVER if v and v[:2] >= LLAMA_SERVER_SINCE else ENGINE_RUNNER
+
+
+def tensor_bytes(tensors) -> int | None:
+    """Bytes of the weights as the file stores them: the sum over ``/api/show``
+    ``tensors`` (verbose) of elements x the type's bytes per block / values per
+    block. None when the list is missing or holds a type we do not know, so a
+    caller falls back to the file size instead of trusting a partial sum."""
+    if not tensors:
+        return None
+    total = 0
+    for t in tensors:
+        kind = str(t.get("type", "")).upper()
+        if kind not in GGML_TYPE_SIZE:
+            return None
+        size, block = GGML_TYPE_SIZE[kind]
+        n = 1
+        for dim in t.get("shape") or []:
+            n *= int(dim)
+        total += -(-n // block) * size
+    return total
+
+
+def automatic_batch(engine: str, num_ctx: int) -> int:
+    """The batch a request gets when it does not set ``num_batch``: 512 on the
+    legacy runner; the current engine raises it with the per-slot context
+    (1024 above 4096, 2048 above 32768; ``automaticGenerationBatch``)."""
+    if engine != ENGINE_LLAMA_SERVER:
+        return 512
+    if num_ctx > 32768:
+        return 2048
+    if num_ctx > 4096:
+        return 1024
+    return 512
+
+
+def server_default_ctx(engine: str, total_vram_bytes: int | None, context_length_env: int | None = None,
+                       trained_ctx: int | None = None) -> int:
+    """The context a request without ``num_ctx`` gets. ``OLLAMA_CONTEXT_LENGTH``
+    wins when set; otherwise the legacy runner uses 4096 and the current
+    engine picks by total VRAM (>= 47 GiB: 262144, >= 23 GiB: 32768, else
+    4096; CPU only counts as 0). Clamped to the trained context."""
+    if context_length_env:
+        ctx = int(context_length_env)
+    elif engine == ENGINE_LLAMA_SERVER:
+        vram = int(total_vram_bytes or 0)
+        ctx = 262144 if vram >= 47 * GIB else 32768 if vram >= 23 * GIB else 4096
+    else:
+        ctx = 4096
+    if trained_ctx and ctx > trained_ctx:
+        ctx = int(trained_ctx)
+    return max(ctx, 4)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one load allocates, in bytes, split as the server logs it."""
+
+    engine: str
+    num_ctx: int          # per slot, after the clamp to the trained context
+    num_parallel: int
+    num_batch: int
+    kv_type: str
+    weights: int
+    kv: int
+    compute: int
+    output: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute + self.output
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "num_ctx": self.num_ctx, "num_parallel": self.num_parallel,
+                "num_batch": self.num_batch, "kv_type": self.kv_type, "weights": self.weights, "kv": self.kv,
+                "compute": self.compute, "output": self.output, "total": self.total}
+
+
+def _pad(n: int, to: int) -> int:
+    return -(-int(n) // to) * to
+
+
+def _swa_layer(arch: Arch, i: int) -> bool:
+    if arch.arch in ("gemma3", "gemma3n") and arch.sliding_window:
+        return (i + 1) % 6 != 0      # 5 of 6 layers slide; every 6th is global
+    if arch.arch in ("gptoss", "gpt-oss") and arch.sliding_window:
+        return i % 2 == 0
+    return False
+
+
+def llama_server_kv_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, kv_type: str = "f16",
+                          num_batch: int = 512) -> int:
+    """llama-server's KV buffer: one stream of ``num_ctx`` cells (padded to
+    256) per slot for global layers; a sliding-window layer's stream holds
+    only ``window + batch`` cells (padded), never more than the global one."""
+    try:
+        per_value = LLAMA_SERVER_KV_BYTES[(kv_type or "f16").lower()]
+    except KeyError:
+        raise ValueError(f"unknown KV cache type {kv_type!r} (known: {', '.join(LLAMA_SERVER_KV_BYTES)})") from None
+    parallel = max(int(num_parallel), 1)
+    cells = _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
+    swa_cells = min(cells, _pad((arch.sliding_window or 0) + num_batch, KV_PAD_CELLS))
+    per_cell = (arch.head_dim_k + arch.head_dim_v) * arch.head_count_kv * per_value
+    total = 0.0
+    for i in range(arch.block_count):
+        total += (swa_cells if _swa_layer(arch, i) else cells) * per_cell
+    return int(total * parallel)
+
+
+def llama_server_kv_per_token(arch: Arch, kv_type: str = "f16") -> float:
+    """KV bytes one more token of context costs on the current engine: the
+    global layers only, once the context is past the sliding window."""
+    per_value = LLAMA_SERVER_KV_BYTES[(kv_type or "f16").lower()]
+    layers = sum(1 for i in range(arch.block_count) if not _swa_layer(arch, i))
+    return layers * (arch.head_dim_k + arch.head_dim_v) * arch.head_count_kv * per_value
+
+
+def llama_server_compute_bytes(arch: Arch, num_ctx: int, num_batch: int) -> int:
+    """The compute buffer llama.cpp reserves for one micro-batch of
+    ``num_batch`` tokens (Ollama passes ``-ub`` = ``-b``): activations of
+    12 x embedding floats per token, plus the f16 attention mask of
+    batch x per-slot context. Fitted to v0.34.4's own log lines for the rig's
+    model (15.51 MiB at 2048/512, 17.51 at 4096/512, 43.02 at 8192/1024) and
+    independent of the number of slots, as those lines show."""
+    ub = min(int(num_batch), _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS))
+    cells = _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
+    return int(ub * 4 * 12 * arch.embedding_length + ub * cells * 2)
+
+
+def footprint(engine: str, arch: Arch, weights_bytes: int, num_ctx: int, num_parallel: int = 1,
+              kv_type: str = "f16", num_batch: int | None = None) -> Footprint:
+    """Predict what a load allocates on ``engine``. ``weights_bytes`` is the
+    tensors' size (:func:`tensor_bytes`) or, lacking it, the file size.
+    ``num_batch`` None is the server's automatic batch. The legacy runner's
+    figures are Ollama's v0.11.4 estimate as it reports it in /api/ps (2048-cell
+    floor, its graph formula); the current engine's are llama-server's buffers."""
+    ctx = clamp_ctx(arch, num_ctx)
+    parallel = max(int(num_parallel), 1)
+    batch = int(num_batch) if num_batch else automatic_batch(engine, ctx)
+    kv_type = (kv_type or "f16").lower()
+    if engine == ENGINE_LLAMA_SERVER:
+        kv = llama_server_kv_bytes(arch, ctx, parallel, kv_type, batch)
+        compute = llama_server_compute_bytes(arch, ctx, batch)
+        output = 4 * (arch.vocab_size or 0) * parallel   # one row of logits per slot
+        return Footprint(engine, ctx, parallel, batch, kv_type, int(weights_bytes), kv, compute, output)
+    placement = place(arch, weights_bytes, ctx, parallel, batch, kv_type, 0, cpu_only=True)
+    return Footprint(engine, ctx, parallel, batch, kv_type, int(weights_bytes), placement.kv_bytes,
+                     placement.size_bytes - placement.kv_bytes - int(weights_bytes))
+
+
+def kv_per_token(engine: str, arch: Arch, kv_type: str = "f16") -> float:
+    """KV bytes per token of context for one slot on ``engine``."""
+    if engine == ENGINE_LLAMA_SERVER:
+        return llama_server_kv_per_token(arch, kv_type)
+    return kv_bytes_per_token(arch, kv_type)
+
+
+def largest_fitting_ctx(predict, limit_bytes: int, lo: int, hi: int, step: int = 256) -> int | None:
+    """The largest multiple of ``step`` in ``[lo, hi]`` whose ``predict(ctx)``
+    stays at or under ``limit_bytes``, for any prediction that grows with the
+    context (a bisection, so batch steps and sliding windows are handled);
+    None when not even ``lo`` fits."""
+    lo_k, hi_k = max(1, -(-int(lo) // step)), int(hi) // step
+    if hi_k < lo_k or predict(lo_k * step) > limit_bytes:
+        return None
+    while lo_k < hi_k:
+        mid = (lo_k + hi_k + 1) // 2
+        if predict(mid * step) <= limit_bytes:
+            lo_k = mid
+        else:
+            hi_k = mid - 1
+    return lo_k * step

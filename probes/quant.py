@@ -5,21 +5,41 @@ the tag text, and are ordered by bits per weight. For each level below the
 current one: load at the same ``num_ctx``, read the weights' memory, and ask
 the fixed coherence task, comparing the answer with the current tag's. The
 KV cache does not shrink with weight quantization, and nothing here expects
-it to. Never pulls a model unless ``allow_pull``. By hand: ``ollama list``,
+it to. A tag the memory model predicts not to fit is not loaded (a note says
+so); the order stays highest bits first, so the first tried is the best one
+predicted to fit. Never pulls a model unless ``allow_pull``. By hand: ``ollama list``,
 ``ollama show M``, ``ollama run M:q4_K_M "..."``.
 """
 from __future__ import annotations
 
 import time
 
-from probes import coherence
+from probes import coherence, predict
 from probes.base import ProbeEnv, ProbeResult, restoring, sampled, spill_error, timed
-from probes.errors import ModelNotFoundError
+from probes.errors import ModelNotFoundError, ProbeError
 from probes.memmodel import bits_per_weight
 from probes.texts import coherence_task
+from probes.units import fmt_size
 
 NUM_PREDICT = 96
 GEN_OPTIONS = {"temperature": 0, "seed": 11, "num_predict": NUM_PREDICT}
+
+
+def _predictions(env: ProbeEnv, tags: list[str], num_ctx: int) -> dict[str, int]:
+    """Uncalibrated peak of each tag at ``num_ctx`` (no entry when the server's
+    metadata cannot feed the memory model: that tag is then simply tried)."""
+    out = {}
+    try:
+        _, engine = predict.server_engine(env.api)
+    except ProbeError:
+        return out
+    for tag in tags:
+        try:
+            shape = predict.read_shape(env.api, tag, on_gpu=env.on_gpu)
+        except (ProbeError, ValueError):
+            continue
+        out[tag] = predict.predictor(shape, engine)(num_ctx, 1).total
+    return out
 
 
 def _bits(level: str | None) -> float | None:
@@ -31,8 +51,12 @@ def _bits(level: str | None) -> float | None:
 
 @timed
 def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False,
-        candidates: list[str] | None = None) -> ProbeResult:
-    """Try every lower-bit sibling of ``model``, highest bits first."""
+        candidates: list[str] | None = None, fit_limit_bytes: int | None = None) -> ProbeResult:
+    """Try the lower-bit siblings of ``model``, highest bits first, skipping
+    (with a note and an unmeasured fact) those the memory model predicts not
+    to fit under ``fit_limit_bytes`` (the caller's limit with the margin; no
+    skipping when None). Where the server returns token log-probabilities the
+    trial carries ``agreement`` and ``kl`` against the current tag."""
     deadline = time.monotonic() + env.timeout_s
     result = ProbeResult("quant", ok=True)
     task = coherence_task()
@@ -60,18 +84,37 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
         options = dict(GEN_OPTIONS, num_ctx=num_ctx)
         reference = env.api.generate(model, task, options)
         ref_text = reference.text if reference.ok else None
+        ref_steps = coherence.logprob_steps(env.api, model, task, options) if reference.ok else None
+        if ref_steps is None:
+            result.notes.append("the server returns no token log-probabilities: coherence is judged on the text")
         env.unload(model)
+        predicted = _predictions(env, [tag for _, tag, _ in levels], num_ctx)
         for bits, tag, level in levels:
             env.check(deadline)
+            guess = predicted.get(tag)
+            if fit_limit_bytes is not None and guess is not None and guess > fit_limit_bytes:
+                why = (f"not loaded: predicted to peak at {fmt_size(guess)}, over the limit with margin "
+                       f"({fmt_size(fit_limit_bytes)})")
+                result.notes.append(f"{tag}: {why}")
+                result.facts.append({"kind": "quant_trial", "tag": tag, "level": level, "ok": False, "weights": None,
+                                     "coherent": None, "issues": [why], "bits": bits, "peak": None,
+                                     "num_ctx": num_ctx, "predicted_peak": guess, "skipped": True,
+                                     "unmeasured": why})
+                result.rows.append({"tag": tag, "level": level, "bits": bits, "predicted": guess, "ok": False,
+                                    "issues": why})
+                continue
             with sampled(env, f"quant {tag} ({level})") as step:
                 step.mark("load")
                 load = env.api.load(tag, {"num_ctx": num_ctx})
                 weights = step.now() if load.ok else None
                 spilled = spill_error(env, tag) if load.ok else None
                 gen = None
+                signal = None
                 if load.ok and not spilled and not step.over_limit():  # over at load: the load is the OOM
                     step.mark("request")
                     gen = env.api.generate(tag, task, options)
+                    steps = coherence.logprob_steps(env.api, tag, task, options) if ref_steps else None
+                    signal = coherence.compare_logprobs(ref_steps, steps) if steps else None
             ok = load.ok and gen is not None and gen.ok and not step.over_limit()
             verdict = coherence.check(gen.text, task, ref_text, gen.done_reason) if gen is not None and gen.ok else None
             error = load.error or spilled or (gen.error if gen is not None else None)
@@ -82,9 +125,13 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                 "kind": "quant_trial", "tag": tag, "level": level, "ok": ok, "weights": weights,
                 "coherent": verdict.coherent if verdict else None,
                 "issues": list(verdict.issues) if verdict else ([error] if error else []),
-                "bits": bits, "peak": step.peak, "num_ctx": num_ctx, **step.reading(),
+                "bits": bits, "peak": step.peak, "num_ctx": num_ctx, "predicted_peak": guess,
+                "agreement": signal["agreement"] if signal else None, "kl": signal["kl"] if signal else None, **step.reading(),
             })
             result.rows.append({"tag": tag, "level": level, "bits": bits, "weights": weights, "peak": step.peak,
+                                "predicted": guess,
+                                "agreement": None if not signal else round(signal["agreement"], 3),
+                                "kl": None if not signal or signal["kl"] is None else round(signal["kl"], 4),
                                 "ok": ok, "coherent": verdict.coherent if verdict else None,
                                 "issues": "; ".join(verdict.issues) if verdict and verdict.issues else error})
             if load.ok:

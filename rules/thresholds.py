@@ -117,3 +117,14 @@ def utilization(peak_bytes: int | None, total_bytes: int | None) -> float | None
         return None
     percent = -(-peak_bytes * 100 // total_bytes)  # integer ceiling: no float rounding
     return min(1.0, percent / 100)
+
+# --- coherence from token log-probabilities (servers that return them) ------
+
+#: A lower-bit tag is coherent by its distribution when, on the fixed task
+#: with greedy decoding, it keeps at least this share of the higher-bit
+#: reference's tokens before the two first choose differently ...
+MIN_TOP_TOKEN_AGREEMENT = 0.5
+#: ... and the mean KL divergence of its top-5 distributions from the
+#: reference's over the compared positions stays below this (nats). Q8_0 vs
+#: F16 is typically far below 0.05; a broken quantization is well above 0.5.
+MAX_TOP_LOGPROB_KL = 0.3

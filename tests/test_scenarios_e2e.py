@@ -19,6 +19,9 @@ import yaml
 
 from probes import memmodel
 from probes.sim.scenario import load_scenario
+from probes.serverinfo import engine_of
+from rules import thresholds
+from probes.sim.state import FIT_TARGET_DEFAULT
 from probes.units import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +42,7 @@ EXPECT = {
     "weights": {"cause": "weights", "exit": (0,), "stages": {"quant"}, "quant_type": "Q4_K_M",
                 "model": "neohorse-1:q4_K_M", "ctx": (8192, 8192), "advice": None},
     "kv_cache": {"cause": "kv_cache", "exit": (0,), "stages": {"context"}, "no_stages": {"quant"},
-                 "quant_type": "Q4_K_M", "ctx": (8192, 11520), "advice": None},
+                 "quant_type": "Q4_K_M", "ctx": (8192, 11520), "advice": None},  # 11520: the scenario's fit
     "kv_cache_keep_context": {"cause": "kv_cache", "exit": (0,), "stages": {"quant"}, "no_stages": {"context"},
                               "quant_type": "Q3_K_M", "model": "neohorse-1:q3_K_M", "ctx": (32768, 32768),
                               "advice": None},
@@ -53,7 +56,7 @@ EXPECT = {
                    "advice": "default_truncates"},
     # the current llama-server engine (server.version 0.34.4)
     "kv_cache_current": {"cause": "kv_cache", "exit": (0,), "stages": {"context"}, "no_stages": {"quant"},
-                         "quant_type": "Q4_K_M", "ctx": (2048, 4096), "advice": None},
+                         "quant_type": "Q4_K_M", "ctx": (2048, 8192), "advice": None},
 }
 
 
@@ -94,7 +97,9 @@ def change_stages(steps: list[dict]) -> list[str]:
 
 
 def fits(scenario_name: str, config: dict, budget: str | None) -> tuple[bool, str]:
-    """Does ``config`` fit the scenario's device, predicted by the memory model?"""
+    """Does ``config`` fit the scenario's device, all on the GPU, by the
+    simulator's own physics for that server version (the legacy estimate, or
+    the current engine's fit that keeps LLAMA_ARG_FIT_TARGET free)?"""
     scn = load_scenario(SCENARIOS / f"{scenario_name}.yaml")
     model = scn.find(config["model"])
     assert model is not None, f"config model {config['model']!r} is not in the scenario"
@@ -103,10 +108,30 @@ def fits(scenario_name: str, config: dict, budget: str | None) -> tuple[bool, st
         limit = min(limit, parse_size(budget))
     kv = (config.get("kv_cache") or "f16").lower()
     kv = kv if kv in ("f16", "q8_0", "q4_0") else "f16"
+    current = {}
+    if engine_of(scn.server.version) == "llama-server":
+        current = {"overhead_bytes": (scn.server.fit_target_mib or FIT_TARGET_DEFAULT // (1 << 20)) << 20,
+                   "min_gpu_bytes": 0, "estimate_min_ctx": 0}
     p = memmodel.place(model.arch, model.weights_bytes, int(config["max_context_len"]),
                        int(config.get("max_concurrency") or 1), int(config.get("max_batch_size") or 512),
-                       kv, limit)
+                       kv, limit, **current)
     return p.full_gpu and p.size_vram_bytes <= limit, f"{p} vs limit {limit}"
+
+
+def largest_fitting_ctx(scenario_name: str, config: dict, budget: str | None, cap: int) -> int:
+    """The scenario's own answer: the largest multiple of 256 up to ``cap``
+    that fits with the rest of ``config`` as it is, under the limit less the
+    rules' safety margin (what oomvet may recommend at most)."""
+    scn = load_scenario(SCENARIOS / f"{scenario_name}.yaml")
+    limit = scn.device.total_bytes - scn.device.used_by_others_bytes
+    if budget:
+        limit = min(limit, parse_size(budget))
+    margined = f"{thresholds.fit_limit(limit)}B"
+    best = 0
+    for ctx in range(256, cap + 1, 256):
+        if fits(scenario_name, dict(config, max_context_len=ctx), margined)[0]:
+            best = ctx
+    return best
 
 
 @pytest.mark.parametrize("name", list(EXPECT))
@@ -142,3 +167,7 @@ def test_diagnose_finds_the_cause_in_order_and_a_config_that_fits(name, tmp_path
         assert config["kv_cache"] == expect["kv_cache"]
     ok, why = fits(name, config, answers.get("budget"))
     assert ok, f"final config does not fit: {why}"
+    if expect["cause"] == "kv_cache" and "context" in stages:
+        # the context change is the largest the scenario allows, give or take the search's last step
+        best = largest_fitting_ctx(name, config, answers.get("budget"), int(answers["want_ctx"]))
+        assert int(config["max_context_len"]) >= 0.95 * best, (config["max_context_len"], best)

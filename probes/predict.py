@@ -1,0 +1,112 @@
+"""From a model on a server to a memory prediction, before anything loads.
+
+The bridge between the pure memory model (``probes/memmodel.py``) and a real
+server: read the model's shape from ``/api/show`` (verbose, for the tensor
+list), the engine from ``/api/version``, and bind the engine's formulas to
+them, so the context search, the quant step and ``oomvet plan`` all predict
+with the same function. By hand: ``curl HOST/api/show -d '{"model": M,
+"verbose": true}'`` and ``curl HOST/api/version``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import ollama
+
+from probes import memmodel
+from probes.errors import ModelNotFoundError, ProbeError
+from probes.memmodel import Arch, Footprint
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory model needs about one tag: its GGUF shape and the bytes
+    of its weights on the device (``weights_source`` says where that came from:
+    ``tensors`` from the verbose show, ``file`` the blob size from /api/tags)."""
+
+    name: str
+    arch: Arch
+    weights_bytes: int
+    weights_source: str
+    level: str | None
+
+
+def _raw_show(api, model: str) -> dict:
+    # the wrapper's show() drops the tensor list; the verbose form carries it
+    try:
+        resp = api._call(lambda: api.client._request_raw("POST", "/api/show",
+                                                          json={"model": model, "verbose": True}))
+    except ollama.ResponseError as exc:
+        if exc.status_code == 404:
+            raise ModelNotFoundError(f"model {model!r} is not on the server at {api.host}",
+                                     hint=f"ollama pull {model}  (oomvet never pulls on its own)") from None
+        raise ProbeError(f"ollama show {model}: {exc.error}") from None
+    return resp.json()
+
+
+def device_weights(tensors: list[dict], on_gpu: bool) -> int | None:
+    """Weight bytes on the device that runs the model. On a GPU llama.cpp
+    keeps the token embedding in host memory; a model without its own
+    ``output.weight`` (tied embeddings) gets a copy of it on the GPU for the
+    output layer, so the device holds the same bytes either way except when
+    the output layer is separate."""
+    total = memmodel.tensor_bytes(tensors)
+    if total is None or not on_gpu:
+        return total
+    names = {t.get("name") for t in tensors}
+    if "output.weight" in names:
+        embd = [t for t in tensors if t.get("name") == "token_embd.weight"]
+        return total - (memmodel.tensor_bytes(embd) or 0)
+    return total
+
+
+def read_shape(api, model: str, on_gpu: bool = False) -> ModelShape:
+    """The shape of ``model`` from the server (raises ModelNotFoundError)."""
+    body = _raw_show(api, model)
+    arch = Arch.from_model_info(body.get("model_info") or {})
+    if not arch.vocab_size:
+        tokens = (body.get("model_info") or {}).get("tokenizer.ggml.tokens")
+        if isinstance(tokens, list) and tokens:
+            arch = Arch(**{**arch.__dict__, "vocab_size": len(tokens)})
+    level = (body.get("details") or {}).get("quantization_level")
+    weights = device_weights(body.get("tensors") or [], on_gpu)
+    source = "tensors"
+    if weights is None:
+        size = next((m.size for m in api.client.list().models if m.model == model
+                     or m.model == f"{model}:latest"), None)
+        if not size:
+            raise ProbeError(f"no tensor list and no file size for {model} on {api.host}")
+        weights, source = int(size), "file"
+    return ModelShape(model, arch, int(weights), source, level)
+
+
+def server_engine(api) -> tuple[str, str]:
+    """``(version, engine)`` of the server."""
+    version = api.version()
+    return version, memmodel.engine_for_version(version)
+
+
+def predictor(shape: ModelShape, engine: str, kv_type: str = "f16",
+              num_batch: int | None = None) -> Callable[[int, int], Footprint]:
+    """``(num_ctx, num_parallel) -> Footprint`` for this tag on this engine."""
+    def footprint(num_ctx: int, num_parallel: int = 1) -> Footprint:
+        return memmodel.footprint(engine, shape.arch, shape.weights_bytes, num_ctx, num_parallel, kv_type, num_batch)
+    return footprint
+
+
+def vram_total(device) -> int:
+    """Total GPU memory as Ollama sums it for its default context (0 on CPU)."""
+    if device is None or getattr(device, "vendor", None) not in ("nvidia", "amd", "apple", "simulated"):
+        return 0
+    return int(getattr(device, "total_bytes", 0) or 0)
+
+
+def default_ctx(engine: str, device, server_env: dict | None, trained_ctx: int | None) -> int:
+    """The context a request without ``num_ctx`` gets on this server and card."""
+    raw = (server_env or {}).get("OLLAMA_CONTEXT_LENGTH")
+    try:
+        env_ctx = int(raw) if raw else None
+    except ValueError:
+        env_ctx = None
+    return memmodel.server_default_ctx(engine, vram_total(device), env_ctx, trained_ctx)

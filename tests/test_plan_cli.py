@@ -1,0 +1,53 @@
+"""``oomvet plan`` on the simulator: predictions per tag, no loads."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "kv_cache.yaml"
+
+
+def plan(*extra):
+    proc = subprocess.run([sys.executable, "-m", "assistant", "plan", "--simulate", str(SCENARIO),
+                           "--model", "neohorse-1:q4_K_M", *extra], capture_output=True, text=True, timeout=300)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def planned():
+    proc = plan("--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_plan_lists_every_tag_with_weights_kv_compute_and_max_ctx(planned):
+    tags = {row["model"]: row for row in planned["tags"]}
+    assert set(tags) == {"neohorse-1:q4_K_M", "neohorse-1:q3_K_M"}
+    for row in tags.values():
+        assert row["weights"] > 0 and row["compute"] > 0 and row["max_ctx"] % 256 == 0
+        assert row["kv_per_token"] == 32 * 2 * 128 * 8 * 2      # llama 8B-class: 128 KiB per token, f16
+    assert tags["neohorse-1:q3_K_M"]["max_ctx"] > tags["neohorse-1:q4_K_M"]["max_ctx"]
+    assert planned["predicted"] is True and planned["server_default_ctx"] == 4096
+
+
+def test_plans_max_ctx_is_near_what_the_scenario_really_fits(planned):
+    # docs/scenarios.md: the simulator fits 11520 fully on this GPU for the Q4_K_M tag
+    row = next(r for r in planned["tags"] if r["model"] == "neohorse-1:q4_K_M")
+    assert row["max_ctx"] == pytest.approx(11520, rel=0.10)
+
+
+def test_a_bigger_planned_card_fits_the_trained_context():
+    proc = plan("--json", "--vram", "24GiB")
+    row = json.loads(proc.stdout)["tags"][0]
+    assert row["max_ctx"] == row["trained_ctx"] == 32768
+
+
+@pytest.mark.parametrize("flags", [["--ctx", "0"], ["--parallel", "two"], ["--kv", "q3"], ["--vram", "lots"]])
+def test_bad_plan_input_is_one_line_and_exit_2(flags):
+    proc = plan(*flags)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") <= 1
