@@ -9,7 +9,6 @@ a second Ctrl-C quits. Every line printed comes from the i18n catalog.
 """
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any, Callable, TextIO
 
@@ -20,9 +19,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from assistant.answers import parse_answer, parse_yes_no
 from assistant.i18n import catalog, get_lang, set_lang, t
 from probes.base import Cancelled, ProbeResult
-from probes.units import SizeError, fmt_size, parse_size
+from probes.units import fmt_size
 
 MSG = catalog({
     "ui.q.symptom": {"en": "What happens? Tell me when it runs out of memory (at load, with long input, "
@@ -42,9 +42,6 @@ MSG = catalog({
     "ui.reason": {"en": "why I ask: {reason}", "zh": "原因：{reason}"},
     "ui.bad_answer": {"en": "I could not read that as {what}; try again or press Enter to skip.",
                       "zh": "无法把这个回答理解为{what}；请重试，或直接回车跳过。"},
-    "ui.what.number": {"en": "a number", "zh": "数字"},
-    "ui.what.size": {"en": "a size like 8GiB or 80%", "zh": "像 8GiB 或 80% 这样的大小"},
-    "ui.what.yesno": {"en": "yes or no", "zh": "是或否"},
     "ui.consent.probe": {"en": "Next I will run the {probe} probe on {model}: {what}. Go ahead? [Y/n]",
                          "zh": "下一步我将对 {model} 运行 {probe} 探测：{what}。开始吗？[Y/n]"},
     "ui.consent.change": {"en": "I suggest one change: {knob} {old} → {new}. Retest stability with it? [Y/n]",
@@ -94,10 +91,10 @@ MSG = catalog({
                         "zh": "在内存上限内没有可用的配置；以上是目前最好的发现。"},
     "ui.advice": {"en": "What to do: {advice}", "zh": "建议：{advice}"},
     "ui.prompt": {"en": "you", "zh": "你"},
+    "ui.tags_failed": {"en": "(could not list the server's models: {error}; type the full name:tag)",
+                       "zh": "（无法列出服务器上的模型：{error}；请输入完整的 名称:标签）"},
 })
 
-YES = {"y", "yes", "true", "1", "ok", "sure", "是", "是的", "好", "好的", "要", "对", "可以", "必须", "行"}
-NO = {"n", "no", "false", "0", "否", "不", "不要", "不是", "不用", "不行", "可以减少", "不必"}
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -114,34 +111,6 @@ def sparkline(values: list[int], width: int = 40) -> str:
     return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in values)
 
 
-def parse_answer(question: str, text: str) -> Any:
-    """A typed value for ``question`` from what the user typed; raises ValueError."""
-    text = (text or "").strip()
-    if not text:
-        return None
-    if question in ("want_ctx", "want_parallel"):
-        m = re.search(r"(\d+(?:\.\d+)?)\s*([kK])?", text)
-        if not m:
-            raise ValueError(t("ui.what.number"))
-        value = float(m.group(1)) * (1024 if m.group(2) else 1)
-        return int(value)
-    if question == "budget":
-        if text.endswith("%"):
-            return text
-        try:
-            return parse_size(text)
-        except SizeError:
-            raise ValueError(t("ui.what.size")) from None
-    if question == "keep_context":
-        low = text.lower().strip(" .!。！")
-        if low in YES:
-            return True
-        if low in NO:
-            return False
-        raise ValueError(t("ui.what.yesno"))
-    return text
-
-
 class AutoUI:
     """Unattended: answers from the answers file, consent always, progress on stderr."""
 
@@ -151,10 +120,8 @@ class AutoUI:
         self.quiet = quiet
 
     def ask(self, question: str, reason: str) -> Any:
-        value = self.answers.get(question)
-        if question == "budget" and isinstance(value, str) and not value.endswith("%"):
-            value = parse_size(value)
-        return value
+        # the file was checked on loading; the session reads it like a typed answer
+        return self.answers.get(question)
 
     def consent(self, step: dict) -> bool:
         return True
@@ -204,6 +171,7 @@ class ChatUI:
         self.session = None
         self.advisor = None
         self.history: list[tuple[str, Any]] = []
+        self._tags: list[str] | None = None
         if lang:
             set_lang(lang)
 
@@ -278,12 +246,28 @@ class ChatUI:
                 self.go_back(previous)
                 continue
             try:
-                value = parse_answer(question, line)
+                value = parse_answer(question, line, tags=self.tags())
             except ValueError as exc:
                 self.console.print(t("ui.bad_answer", what=str(exc)))
                 continue
             self.history.append((question, value))
             return value
+
+    def tags(self, world=None) -> list[str] | None:
+        """The models the server has, to read a model name from an answer; None
+        when there is no server (yet) or it cannot say."""
+        world = world or getattr(self.session, "world", None)
+        api = getattr(getattr(world, "env", None), "api", None)
+        if api is None:
+            return None
+        if self._tags is None:
+            try:
+                self._tags = list(api.tags())
+            except Exception as exc:  # noqa: BLE001 - a name typed in full is still read without the list
+                self._tags = []
+                self.console.print(Text(t("ui.tags_failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+                                        style="dim"))
+        return self._tags
 
     def go_back(self, previous: list) -> None:
         """Answer the previous question again; the rules take the newest answer."""
@@ -293,7 +277,9 @@ class ChatUI:
         question, _ = previous[-1]
         value = self.ask(question, "")
         if self.advisor is not None:
-            self.advisor.post({"kind": "answer", "question": question, "value": value})
+            from assistant.answers import answer_facts  # the same reading the session posts
+            total = self.session.world.device_fact().get("total") if self.session is not None else None
+            self.advisor.post_many(answer_facts(question, value, device_total=total))
 
     def consent(self, step: dict) -> bool:
         if self.auto:
@@ -309,9 +295,10 @@ class ChatUI:
             if line == "/back":
                 self.go_back(list(self.history))
                 continue
-            if line in ("", *YES):
+            said = parse_yes_no(line)
+            if line == "" or said is True:
                 return True
-            if line in NO or line == "/skip":
+            if said is False or line == "/skip":
                 self.console.print(t("ui.skipped"))
                 return False
 

@@ -23,7 +23,7 @@ from assistant.intake.phase import read_symptom
 from probes.units import SizeError, parse_size
 from rules.facts import PHASES, validate
 
-__all__ = ["Intake", "detect_lang", "parse", "merge", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
+__all__ = ["Intake", "detect_lang", "parse", "merge", "size_of", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class Intake:
     what: str = "unknown"             # oom | crash | slow | hang | cut | unknown
     budget_share: float | None = None  # "80% of the GPU": a share of the device, resolved by who knows its total
     ctx_estimated: bool = False       # want_ctx came from a length in characters or words
+    weak: tuple[str, ...] = ()        # fields read from weak evidence (a guessed name, an estimate, a phase
+                                      # from "what" alone): a chat model's reading may override these
 
     def facts(self) -> list[dict]:
         """``[symptom, target]``, both valid under :func:`rules.facts.validate`."""
@@ -383,7 +385,7 @@ def _server_tag(text: str, tags: tuple[str, ...]) -> tuple[str, tuple[int, int]]
     return (best[0], best[1]) if best else None
 
 
-def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list[tuple[int, int]]]:
+def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list[tuple[int, int]], bool]:
     """The model the user names: a server tag found in the message (when the
     server's list is known), an explicit ``name:tag``, ``ollama run X``, then the
     first of a name the user typed (hyphenated, a GGUF file, the word after
@@ -393,7 +395,7 @@ def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list
     if tags:
         hit = _server_tag(text, tags)
         if hit:
-            return hit[0], [hit[1]]
+            return hit[0], [hit[1]], True
     found = None
     for m in _TAG.finditer(text):
         name, tag = m.group(1), m.group(2)
@@ -405,14 +407,14 @@ def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list
         spans.append(m.span())
         found = found or _tidy_model(name, tag)
     if found:
-        return found, spans
+        return found, spans, True
     m = _OLLAMA_CMD.search(text)
     if m:
         word = m.group(1).rstrip(".,")
         if ":" in word:
             n, _, tg = word.partition(":")
-            return _tidy_model(n, tg), [m.span(1)]
-        return _tidy_model(word), [m.span(1)]
+            return _tidy_model(n, tg), [m.span(1)], True
+        return _tidy_model(word), [m.span(1)], True
     candidates = []  # (start, end, name)
     for m in _GGUF.finditer(text):
         candidates.append((m.start(), m.end(), _tidy_model(m.group(1))))
@@ -440,10 +442,10 @@ def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list
         size = m.group(2)
         candidates.append((m.start(), m.end(), _tidy_model(m.group(1), size.lower() if size else None)))
     if not candidates:
-        return None, spans
+        return None, spans, False
     candidates.sort()
     first = candidates[0]
-    return first[2], spans + [(first[0], first[1])]
+    return first[2], spans + [(first[0], first[1])], False
 
 
 # --------------------------------------------------------------------------- numbers
@@ -606,7 +608,7 @@ def _find_gpus(text: str) -> list[tuple[int, int, str]]:
 
 
 # "8G", "8 GB", "8 gigs", "2 个 G", "500 兆", "350M": one unit word per spelling
-_SIZE = (r"(\d+(?:\.\d+)?)\s*(?:个\s*)?(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)"
+_SIZE = (r"(\d+(?:\.\d+)?)[\s-]*(?:个\s*)?(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)"
          r"(?![a-z])")
 _UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "megabyte": "m", "megabytes": "m",
                "meg": "m", "megs": "m", "兆": "m"}
@@ -615,15 +617,16 @@ _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|v
 _GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|unified memory|统一内存)\s*(?:大小|容量|总共|一共)?\s*"
                r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
 _FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:free|available|left|可用|剩余|空闲|能用|可以用)")
-_FREE_BEFORE = (r"(?:剩余|可用|空闲|还剩|剩下|只剩|还有|只能给\s*\S{0,8}?用|只分给我|free|available|only may use|may use|can use)"
+_FREE_BEFORE = (r"(?:剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|最多(?:用|给)?|不超过|free|available|only may use|may use|can use|at most|no more than|up to)"
                 r"\s*(?:显存|vram)?\s*(?:只有|有|是|大概|约|:|=|only|just|is|about)?\s*")
-_BUDGET_WORD = r"(?:--budget|budget|预算|限制在|限制为|limit(?:ed)? to|cap(?:ped)? at)\s*(?:of|to|is|=|:)?\s*"
+_BUDGET_WORD = r"(?:--budget|budget|预算|限制在|限制为|limit(?:ed)? to|cap(?:ped)? at|capped to)\s*(?:of|to|is|=|:)?\s*"
 _BUDGET_PATTERNS = [
     re.compile(r"(?<![\w.])" + _SIZE + _GPU_AFTER, _I),
     re.compile(_GPU_BEFORE + _SIZE, _I),
     re.compile(r"(?<![\w.])" + _SIZE + _FREE_AFTER, _I),
     re.compile(_FREE_BEFORE + _SIZE, _I),
     re.compile(_BUDGET_WORD + _SIZE, _I),
+    re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:budget|max(?:imum)?\b|at most|的预算|以内|封顶)", _I),
 ]
 _SIZE_NEAR_GPU = re.compile(r"^\s*(?:的|,|with|w/|\(|（)?\s*" + _SIZE, _I)
 _SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", _I)
@@ -641,6 +644,16 @@ def _bytes(number: str, unit: str) -> int | None:
         return parse_size(f"{number}{_UNIT_WORDS.get(unit.lower(), unit)}")
     except SizeError:
         return None
+
+
+_LONE_SIZE = re.compile(r"^\s*(?:about|around|大概|约|只有|有)?\s*" + _SIZE + r"\s*(?:左右|上下)?\s*$", _I)
+
+
+def size_of(text: str) -> int | None:
+    """Bytes of a size said on its own, as people write it ("8 gigs", "500 兆",
+    "2 个 G"); None when ``text`` is not just a size."""
+    m = _LONE_SIZE.match(_normalise(str(text)))
+    return _bytes(m.group(1), m.group(2)) if m else None
 
 
 def _find_budget(text: str, gpus) -> int | None:
@@ -809,7 +822,7 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
     # no size, context or count has 16 digits; hiding such runs (hashes, pasted
     # tensors) also keeps every number pattern linear in the length of a paste
     scrubbed = _blank(norm, error_spans + [m.span() for m in _LONG_DIGITS.finditer(norm)])
-    model, model_spans = _find_model(scrubbed, tags)
+    model, model_spans, model_sure = _find_model(scrubbed, tags)
     numbers = _blank(scrubbed, model_spans)  # "phi3:3.8b-mini-128k" is a name, not a context
     gpus = _find_gpus(numbers)
     no_gpus = _blank(numbers, [(s, e) for s, e, _ in gpus])
@@ -841,6 +854,9 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         what=what,
         budget_share=share,
         ctx_estimated=bool(estimated),
+        weak=tuple(name for name, guessed in (("model", model is not None and not model_sure),
+                                               ("want_ctx", bool(estimated)),
+                                               ("phase", when == "unknown")) if guessed),
     )
 
 
