@@ -67,7 +67,8 @@ def run(args) -> int:
               highlight=False, markup=False)
     if args.json:
         payload = {"diagnosis": outcome.result["diagnosis"], "config": outcome.result["config"],
-                   "verified": outcome.result["verified"], "fits": outcome.result["fits"],
+                   "verified": outcome.result["verified"], "unverified": outcome.result["unverified"],
+                   "fits": outcome.result["fits"], "unmet": outcome.result["unmet"],
                    "steps": outcome.result["steps"], "out": str(args.out),
                    "files": [str(p) for p in paths]}
         sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False) + "\n")

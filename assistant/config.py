@@ -30,11 +30,11 @@ from rules.facts import CAUSES
 
 VOCAB = ("model", "max_context_len", "max_batch_size", "max_concurrency",
          "quant_type", "kv_cache", "gpu_memory_utilization")
-TOP_KEYS = VOCAB + ("verified", "fits", "ollama", "diagnosis", "steps", "evidence", "generated")
+TOP_KEYS = VOCAB + ("verified", "unverified", "fits", "unmet", "ollama", "diagnosis", "steps", "evidence", "generated")
 REQUIRED = ("model", "max_context_len", "max_batch_size", "max_concurrency", "quant_type", "kv_cache", "verified")
 OLLAMA_KEYS = ("from", "parameters", "options", "env", "optional_env", "knobs")
 GENERATED_KEYS = ("by", "at", "host")
-DIAGNOSIS_KEYS = ("cause", "summary", "advice")
+DIAGNOSIS_KEYS = ("cause", "summary", "advice", "advice_key")
 EVIDENCE_SIZES = ("limit",)
 
 # Server variables Ollama v0.11.4 reads (envconfig/config.go, AsMap plus the
@@ -139,6 +139,18 @@ MSG = catalog({
     "config.bool_type": {
         "en": "{field} must be true or false, got {value!r}",
         "zh": "{field} 必须是 true 或 false，实际是 {value!r}",
+    },
+    "config.str_type": {
+        "en": "{field} must be text or null, got {value!r}",
+        "zh": "{field} 必须是文本或 null，实际是 {value!r}",
+    },
+    "config.verified_with_reason": {
+        "en": "verified is true but unverified gives a reason: a verified config has none",
+        "zh": "verified 为 true 却在 unverified 中给出了原因：经过验证的配置不应有未验证原因",
+    },
+    "config.unmet_type": {
+        "en": "unmet must be a list of config keys (e.g. [max_concurrency]), got {value!r}",
+        "zh": "unmet 必须是配置键的列表（例如 [max_concurrency]），实际是 {value!r}",
     },
     "config.verified_not_fits": {
         "en": "verified is true but fits is false: a verified config must fit",
@@ -298,7 +310,9 @@ def build_config(result: Mapping[str, Any]) -> dict:
     total = device.get("total") if isinstance(device, dict) and device.get("vendor") != "cpu" else None
     doc: dict[str, Any] = dict(values)
     doc["verified"] = bool(result.get("verified"))
+    doc["unverified"] = None if doc["verified"] else (result.get("unverified") or "no stability retest passed")
     doc["fits"] = fits
+    doc["unmet"] = list(result.get("unmet") or [])
     doc["ollama"] = (ollama_section(values, result.get("server_env") or {}, total)
                      if config and values.get("model") else None)
     diagnosis = _plain(result.get("diagnosis") or {})
@@ -426,7 +440,7 @@ def dump_config(doc: Mapping[str, Any], lang: str | None = None) -> str:
     lines.append(t("config.header_use", lang))
     out = [_comment(lines), ""]
     sections = (
-        ("config.section_values", [k for k in VOCAB + ("verified", "fits") if k in doc]),
+        ("config.section_values", [k for k in VOCAB + ("verified", "unverified", "fits", "unmet") if k in doc]),
         ("config.section_ollama", ["ollama"]),
         ("config.section_diagnosis", ["diagnosis"]),
         ("config.section_steps", ["steps"]),
@@ -551,6 +565,14 @@ def _problems(doc: Any, lang: str | None) -> list[tuple[str, str]]:
         bad("verified", "config.bool_type", field="verified", value=verified)
     elif verified is True and fits is False:
         bad("verified", "config.verified_not_fits")
+    reason = doc.get("unverified")
+    if reason is not None and not isinstance(reason, str):
+        bad("unverified", "config.str_type", field="unverified", value=reason)
+    elif verified is True and reason:
+        bad("unverified", "config.verified_with_reason")
+    unmet = doc.get("unmet")
+    if unmet is not None and (not isinstance(unmet, list) or any(k not in VOCAB for k in unmet)):
+        bad("unmet", "config.unmet_type", value=unmet)
 
     def need(key: str) -> bool:
         """True when there is a value to check; flags an empty one a fitting config needs."""

@@ -138,8 +138,7 @@ class Session:
             return advisor.post({"kind": "answer", "question": "refuse", "value": step.get("remedy") or step["knob"]})
         config = step["config"]
         env = self.world.env
-        previous = self.last_stability
-        result = self._run("stability", lambda: stability.run(env, config, previous=previous), env)
+        result = self._run("stability", lambda: stability.run(env, config), env)
         if result is None:
             self._record(step, summary=t("session.stopped", self.lang), ok=None)
             return advisor.post({"kind": "probe_done", "probe": "stability", "ok": False,
@@ -163,8 +162,7 @@ class Session:
                                        num_parallel=args.get("num_parallel", 1),
                                        kv_cache_type=args.get("kv_cache_type", "f16"))
         if name == "stability":
-            previous = self.last_stability
-            return lambda: stability.run(env, args["config"], previous=previous)
+            return lambda: stability.run(env, args["config"])
         raise RuntimeError(f"the rules asked for an unknown probe {name!r}")
 
     def _run(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult | None:
@@ -204,6 +202,7 @@ class Session:
         if step.get("advice"):
             # the rules give what to do instead in both languages; the key stays for scripts
             diagnosis["advice"] = step.get(f"advice_{self.lang}") or step.get("advice_en") or step["advice"]
+            diagnosis["advice_key"] = step["advice"]
         facts = advisor.facts()
         result = {
             "tool": f"oomvet {__version__}",
@@ -213,7 +212,9 @@ class Session:
             "model": self.model,
             "config": config,
             "verified": verified,
+            "unverified": None if verified else step.get("unverified"),
             "fits": fits,
+            "unmet": list(step.get("unmet") or []),
             "diagnosis": diagnosis,
             "server_env": _server_env(config),
             "steps": self.steps,

@@ -72,18 +72,18 @@ def run(env: ProbeEnv, model: str, knob: str, value, num_ctx: int = 2048, old=No
             return result
     with restoring(env):
         cost = calibrate(env, model, min(base["num_ctx"], 2048))
-        env.api.unload(model)
+        env.unload(model)
         outcome = {}
         for label, settings in (("old", base), ("new", trial)):
             env.check(deadline)
             with server_settings(env, _server_env(settings)):
                 outcome[label] = _measure(env, model, settings, cost, f"{knob}={old if label == 'old' else value}",
                                           result)
-        peak, (ok, error) = outcome["new"]
+        peak, (ok, error), reading = outcome["new"]
         result.ok = ok
         result.error = error
         result.facts.append({"kind": "knob_trial", "knob": knob, "old": old, "new": value, "peak": peak,
-                             "ok": ok, "applied": True, "error": error})
+                             "ok": ok, "applied": True, "error": error, **reading})
         if knob == "kv_cache_off":
             result.notes.append(f"weights alone (num_ctx {MIN_CTX}): {fmt_size(peak)} — a diagnostic, "
                                 "not a setting to use")
@@ -116,7 +116,8 @@ def _measure(env: ProbeEnv, model: str, settings: dict, cost, label: str, result
                 th.start()
             for th in threads:
                 th.join()
-    env.api.unload(model)
+    if load.ok:
+        env.unload(model)
     errors = [g.error for g in gens if g is not None and not g.ok] or ([load.error] if not load.ok else [])
     if spilled:
         errors.append(spilled)
@@ -127,4 +128,4 @@ def _measure(env: ProbeEnv, model: str, settings: dict, cost, label: str, result
     result.charts.append(step.chart())
     result.rows.append({"setting": label, "num_ctx": num_ctx, "requests": requests, "peak": step.peak,
                         "ok": ok, "error": (errors[0][:80] if errors else None)})
-    return step.peak, (ok, errors[0] if errors else None)
+    return step.peak, (ok, errors[0] if errors else None), step.reading()

@@ -19,14 +19,29 @@ from typing import Any, Callable, Iterator
 from rich.table import Table
 
 from probes.errors import ProbeError, ProbeTimeout
-from probes.ollama_api import Loaded, Ollama
+from probes.ollama_api import Loaded, Ollama, canonical_name
+from probes import sanity
 from probes.sampler import Sampler
 from probes.server import ForeignServer, ServerControl
 from probes.units import fmt_size
 
-# usage back within this of the level before a request counts as "released"
-BACK_TO_BASELINE_FRACTION = 0.05
-BACK_TO_BASELINE_MIN_BYTES = 16 << 20
+#: How close to the idle level a reading must come after an unload before the
+#: model counts as gone. Not a verdict (the rules judge readings): only when to
+#: stop waiting for the old process to exit. A runner that has exited frees all
+#: of its memory at once; 16 MiB is above the jitter of host RSS and NVML.
+RELEASE_SLACK_BYTES = 16 << 20
+
+
+def read_used(reader) -> int | None:
+    """``reader``'s used bytes now, or None when the reading failed."""
+    try:
+        refresh = getattr(reader, "refresh", None)
+        if refresh is not None:  # a process started a moment ago must be counted now
+            refresh()
+        used = reader.read().used_bytes
+    except Exception:  # noqa: BLE001 - a failed reading is a value (unmeasured), not a crash
+        return None
+    return None if used is None else int(used)
 
 
 class Cancelled(ProbeError):
@@ -50,17 +65,41 @@ class ProbeEnv:
     progress: Callable[[str, dict], None] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     on_gpu: bool = False             # True when the device is a GPU (spilling to CPU is then a shortage)
+    #: why the memory source cannot see the model's process or device (a server
+    #: on another machine): its figures are then reported, never measured
+    blind: str | None = None
+    release_timeout_s: float = 60.0
+    last_idle_bytes: int | None = None   # the idle reading of the latest step, for unload()
 
     def say(self, event: str, **data) -> None:
         if self.progress is not None:
             self.progress(event, data)
 
-    def used(self) -> int:
-        refresh = getattr(self.reader, "refresh", None)
-        if refresh is not None:
-            refresh()
-        reading = self.reader.read()
-        return int(reading.used_bytes or 0)
+    def used(self) -> int | None:
+        """One reading of the memory source; None when it failed or the source
+        had no value (never 0: a dead source must not look like free memory)."""
+        return read_used(self.reader)
+
+    def unload(self, model: str) -> None:
+        """Unload ``model`` and wait until it is really gone: Ollama drops it
+        from ``/api/ps`` before its process has exited and freed its memory, so
+        the next idle reading would count the old model. Waits until the
+        source reads back at the idle level of the last step (within
+        :data:`RELEASE_SLACK_BYTES`), or raises ProbeError at the deadline."""
+        self.api.unload(model)
+        target = self.last_idle_bytes
+        if target is None:
+            return
+        deadline = time.monotonic() + self.release_timeout_s
+        used = self.used()
+        while used is None or used > target + RELEASE_SLACK_BYTES:
+            if time.monotonic() > deadline:
+                seen = "could not be read" if used is None else f"still {fmt_size(used - target)} above idle"
+                raise ProbeError(f"{model} was unloaded but its memory did not come back within "
+                                 f"{self.release_timeout_s:.0f}s ({seen})",
+                                 hint="another process may be loading memory; check `ollama ps` and the process list")
+            self.cancel.wait(0.05)
+            used = self.used()
 
     def sleep(self, seconds: float, deadline: float | None = None) -> None:
         """Sleep that wakes up for Ctrl-C (``cancel``) and the probe timeout."""
@@ -150,27 +189,32 @@ def _cell(value) -> str:
 
 @dataclass
 class Step:
-    """One sampled step: the idle reading, then everything the sampler saw."""
+    """One sampled step: the idle reading, then everything the sampler saw.
+
+    Every figure is relative to the idle reading and is ``None`` when it was
+    not measured; :attr:`unmeasured` then says why (the idle reading failed,
+    readings failed while sampling, the source cannot see the model, or a
+    sanity check refused the figure). A step whose source is blind still
+    reports what the server said (``reported``), marked as not measured."""
 
     name: str
-    idle_bytes: int
+    idle_bytes: int | None
     sampler: Sampler
     limit_bytes: int | None
+    blind: str | None = None
     started: float = field(default_factory=time.monotonic)
-    _seen_max: int = 0  # the highest reading taken through now(), between sampler ticks
+    _seen_max: int | None = None   # the highest reading taken through now(), between sampler ticks
+    _failed_now: int = 0           # now() readings that failed
+    _refused: str | None = None    # a sanity check's reason, set by invalidate()
 
-    def now(self) -> int:
-        """The model's usage now (reading minus idle); a reading the source
-        could not give (n/a) falls back to the last value the sampler saw."""
-        refresh = getattr(self.sampler.reader, "refresh", None)
-        if refresh is not None:  # a runner started a moment ago must be counted now
-            refresh()
-        used = self.sampler.reader.read().used_bytes
+    def now(self) -> int | None:
+        """The model's usage now (reading minus idle); None when unmeasured."""
+        used = read_used(self.sampler.reader)
         if used is None:
-            timeline = self.sampler.timeline
-            used = timeline[-1][1] if timeline else self.idle_bytes
-        self._seen_max = max(self._seen_max, used)
-        return used - self.idle_bytes
+            self._failed_now += 1
+            return None
+        self._seen_max = used if self._seen_max is None else max(self._seen_max, used)
+        return None if self.idle_bytes is None else used - self.idle_bytes
 
     def mark(self, label: str) -> None:
         self.sampler.mark(label)
@@ -178,19 +222,68 @@ class Step:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    def invalidate(self, reason: str) -> None:
+        """A sanity check refused this step's figures: they are unmeasured."""
+        self._refused = reason
+
     @property
-    def peak(self) -> int:
-        peak = max(self.sampler.peak_bytes or 0, self._seen_max, self.idle_bytes)
-        return peak - self.idle_bytes
+    def failed_readings(self) -> int:
+        summary = self.sampler.summary
+        sampler_errors = summary.errors if summary is not None else self.sampler.errors
+        return sampler_errors + self._failed_now
+
+    @property
+    def raw_peak(self) -> int | None:
+        """The highest reading minus idle, whatever the readings' health."""
+        highest = [v for v in (self.sampler.peak_bytes, self._seen_max) if v is not None]
+        if self.idle_bytes is None or not highest:
+            return None
+        return max(highest) - self.idle_bytes
+
+    @property
+    def unmeasured(self) -> str | None:
+        """Why this step's figures are not measurements; None when they are."""
+        if self._refused:
+            return self._refused
+        if self.blind:
+            return self.blind
+        if self.idle_bytes is None:
+            return "the idle reading failed"
+        failed = self.failed_readings
+        if failed:
+            total = failed + len(self.sampler.timeline)
+            return f"{failed} of {total} memory readings failed"
+        if self.raw_peak is None:
+            return "no memory reading was taken"
+        return None
+
+    @property
+    def measured(self) -> bool:
+        return self.unmeasured is None
+
+    @property
+    def peak(self) -> int | None:
+        """The peak above idle: measured, or reported by a blind source; None
+        when readings failed or a sanity check refused it."""
+        if self._refused or (self.unmeasured and not self.blind):
+            return None
+        return self.raw_peak
 
     def over_limit(self) -> bool:
-        return self.limit_bytes is not None and self.peak > self.limit_bytes
+        peak = self.peak
+        return self.limit_bytes is not None and peak is not None and peak > self.limit_bytes
 
     def over_limit_text(self) -> str:
         return f"out of memory: peak {fmt_size(self.peak)} is over the limit of {fmt_size(self.limit_bytes)}"
 
+    def reading(self) -> dict:
+        """The fields every measurement fact carries about its own health."""
+        return {"measured": self.measured, "unmeasured": self.unmeasured}
+
     def chart(self) -> Chart:
-        timeline = tuple((round(t, 3), max(0, used - self.idle_bytes)) for t, used in self.sampler.timeline)
+        idle = self.idle_bytes or 0
+        timeline = tuple((round(t, 3), max(0, used - idle)) for t, used in self.sampler.timeline) \
+            if self.idle_bytes is not None else ()
         marks = tuple((round(t, 3), label) for t, label in getattr(self.sampler, "marks", ()))
         return Chart(self.name, 0, self.peak, self.limit_bytes, timeline, marks)
 
@@ -199,8 +292,9 @@ class Step:
 def sampled(env: ProbeEnv, name: str) -> Iterator[Step]:
     """Take the idle reading, then sample in the background until the block ends."""
     idle = env.used()
+    env.last_idle_bytes = idle
     sampler = Sampler(env.reader, hz=env.hz)
-    step = Step(name, idle, sampler, env.limit_bytes)
+    step = Step(name, idle, sampler, env.limit_bytes, blind=env.blind)
     env.say("step", name=name, step=step)
     sampler.start()
     try:
@@ -251,13 +345,16 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
 
 
 def restore(api: Ollama, before: list[Loaded]) -> None:
-    want = {m.name: m for m in before}
+    """Unload what was not loaded before (or is at another context), then
+    reload what was, at its old context length. Names are compared canonically."""
+    want = {canonical_name(m.name): m for m in before}
     for m in api.ps():
-        if m.name not in want or (want[m.name].context_length and m.context_length != want[m.name].context_length):
+        old = want.get(canonical_name(m.name))
+        if old is None or (old.context_length and m.context_length != old.context_length):
             api.unload(m.name)
-    now = {m.name for m in api.ps()}
+    now = {canonical_name(m.name) for m in api.ps()}
     for m in before:
-        if m.name not in now:
+        if canonical_name(m.name) not in now:
             options = {"num_ctx": m.context_length} if m.context_length else {}
             api.load(m.name, options)
 
@@ -284,3 +381,21 @@ def timed(fn):
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+def measure_checked(run_once: Callable[[], tuple[Step, Any]], problems: Callable[[Step, Any], list[str]],
+                    notes: list[str]) -> tuple[Step, Any]:
+    """Run one measurement; if its figures break a sanity invariant
+    (:mod:`probes.sanity`), measure once more, and if the second try breaks
+    one too, mark its step unmeasured with the reasons. Notes say what happened."""
+    step, data = run_once()
+    found = problems(step, data) if step.measured else []
+    if not found:
+        return step, data
+    notes.append(f"{step.name}: measured again because " + "; ".join(found))
+    step, data = run_once()
+    found = problems(step, data) if step.measured else []
+    if found:
+        step.invalidate(sanity.summarize(found))
+        notes.append(f"{step.name}: not counted: " + "; ".join(found))
+    return step, data

@@ -9,7 +9,10 @@ idle is memory not being released.
 """
 from __future__ import annotations
 
-from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, timed
+import time
+
+from probes import sanity
+from probes.base import ProbeEnv, ProbeResult, measure_checked, restoring, sampled, server_settings, timed
 
 DEFAULT_NUM_CTX = 2048
 DEFAULT_SETTLE_S = 30.0
@@ -34,8 +37,6 @@ def drift_per_min(timeline: list[tuple[float, int]], since: float) -> float | No
 def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: int = 512,
         num_parallel: int = 1, settle_s: float = DEFAULT_SETTLE_S) -> ProbeResult:
     """Load ``model`` without generating and watch its memory settle."""
-    import time
-
     deadline = time.monotonic() + env.timeout_s
     options = {"num_ctx": int(num_ctx), "num_batch": int(num_batch)}
     result = ProbeResult("baseline", ok=False)
@@ -45,20 +46,40 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
             result.notes.append("the server runs with its own OLLAMA_NUM_PARALLEL; measured as it is")
         level = env.api.show(model).quantization  # also: a missing model fails here, before any reading
         if env.api.loaded(model):
-            env.api.unload(model)
-        with sampled(env, f"baseline {model} num_ctx={num_ctx}") as step:
-            step.mark("load")
-            gen = env.api.load(model, options)
-            env.check(deadline)
-            after = step.now()
-            loaded = env.api.loaded(model) if gen.ok else None
-            settle_from = step.elapsed()
-            step.mark("settle")
+            env.unload(model)
+
+        def once():
+            with sampled(env, f"baseline {model} num_ctx={num_ctx}") as step:
+                step.mark("load")
+                gen = env.api.load(model, options)
+                env.check(deadline)
+                after = step.now()
+                loaded = env.api.loaded(model) if gen.ok else None
+                settle_from = step.elapsed()
+                step.mark("settle")
+                if gen.ok:
+                    env.sleep(settle_s, deadline)
+                settled = step.now()
             if gen.ok:
-                env.sleep(settle_s, deadline)
-            settled = step.now()
-        summary_timeline = step.sampler.timeline
-        drift = drift_per_min([(t, u - step.idle_bytes) for t, u in summary_timeline], settle_from) if gen.ok else None
+                env.unload(model)
+            return step, {"gen": gen, "after": after, "settled": settled, "loaded": loaded,
+                          "settle_from": settle_from}
+
+        def problems(step, got):
+            # a load without a request may not have touched every weight yet, so
+            # only the readings' own order is checked here, not the weights' size
+            return sanity.load_problems(got["after"], step.peak) if got["gen"].ok else []
+
+        step, got = measure_checked(once, problems, result.notes)
+        gen, loaded = got["gen"], got["loaded"]
+        measured = step.measured
+        after = got["after"] if gen.ok and measured else None
+        settled = got["settled"] if gen.ok and measured else None
+        drift = None
+        if gen.ok and measured:
+            drift = drift_per_min([(t, u - step.idle_bytes) for t, u in step.sampler.timeline], got["settle_from"])
+        if step.blind and gen.ok:  # a server elsewhere: what it reports, marked as not measured
+            after = settled = step.peak
         over = step.over_limit()
         placement = loaded.placement if loaded else None
         spilled = env.on_gpu and placement in ("partial", "cpu")
@@ -75,20 +96,22 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
             "size": loaded.size_bytes if loaded else None,
             "size_vram": loaded.size_vram_bytes if loaded else None,
             "used_idle": step.idle_bytes,
-            "used_after": after if gen.ok else None,
-            "used_settled": settled if gen.ok else None,
+            "used_after": after,
+            "used_settled": settled,
             "drift_per_min": drift,
             "placement": placement,
             "over_limit": over,
             "oom": over or gen.oom,
+            **step.reading(),
         })
         result.rows.append({
             "model": model, "num_ctx": num_ctx, "loaded": gen.ok, "where": placement,
-            "idle": step.idle_bytes, "after load": after if gen.ok else None,
-            "settled": settled if gen.ok else None, "peak": step.peak,
-            "drift/min": drift, "ollama size (estimate)": loaded.size_bytes if loaded else None,
+            "idle": step.idle_bytes, "after load": after, "settled": settled, "peak": step.peak,
+            "drift/min": drift, "ollama size": loaded.size_bytes if loaded else None,
             "limit": env.limit_bytes,
         })
+        if step.unmeasured:
+            result.notes.append(f"not measured: {step.unmeasured}")
         if loaded and placement != "gpu" and env.on_gpu:
             result.notes.append(f"{model} runs {placement}: Ollama put only part of it on the GPU")
     return result

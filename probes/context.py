@@ -6,8 +6,9 @@ fills most of it. Per tier: the idle reading, the peak (sampler), whether
 memory is released between requests (on the first tier a second request of
 the same size must not add any), and whether Ollama cut the prompt
 (``prompt_eval_count`` below the tokens sent). Stepping up stops at the first
-out-of-memory outcome. A last "default" tier sends the wanted length without
-``num_ctx``, as most clients do, to show where Ollama cuts it. By hand: ``ollama run M`` with ``/set parameter
+out-of-memory outcome. Every tier sets ``num_ctx``: what a request without it
+gets is the server's default, a finding about the server (the ``server``
+fact), never a tier of its own. By hand: ``ollama run M`` with ``/set parameter
 num_ctx N`` and a long paste, watching ``nvidia-smi -lms 50``.
 """
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import time
 import uuid
 
-from probes.base import (BACK_TO_BASELINE_FRACTION, BACK_TO_BASELINE_MIN_BYTES, ProbeEnv, ProbeResult,
-                         restoring, sampled, server_settings, spill_error, timed)
+from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, spill_error, timed
+from probes import sanity
 from probes.errors import ProbeError
 from probes.texts import TokenCost, fill_prompt
 
@@ -79,50 +80,39 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
         tiers = tiers or plan_tiers(context_length, want_ctx)
         env.say("plan", tiers=tiers)
         cost = calibrate(env, model, min(tiers))
-        env.api.unload(model)
+        env.unload(model)
         check_release = True
-        stopped = False
         for name, num_ctx in zip(TIER_NAMES, tiers):
             env.check(deadline)
-            fact = _tier(env, result, model, name, num_ctx, num_ctx, num_batch, cost, fill, check_release, deadline)
-            check_release = check_release and fact["back_to_baseline"] is None
+            fact = _tier(env, result, model, name, num_ctx, num_batch, cost, fill, check_release, deadline)
+            check_release = check_release and fact["after_first_bytes"] is None
             if fact["oom"]:
                 result.notes.append(f"stopped at tier {name} (num_ctx {num_ctx}): out of memory")
-                stopped = True
                 break
             if not fact["ok"]:
-                result.ok, result.error, stopped = False, fact["error"], True
+                result.ok, result.error = False, fact["error"]
                 break
-        if want_ctx and not stopped:
-            env.check(deadline)
-            _default_tier(env, result, model, want_ctx, num_batch, cost, fill, deadline)
+        _check_monotone(result)
     return result
 
 
-def _default_tier(env: ProbeEnv, result: ProbeResult, model: str, want_ctx: int, num_batch: int,
-                  cost: TokenCost, fill: float, deadline: float) -> None:
-    """A request that does not set num_ctx gets the server's default context
-    (OLLAMA_CONTEXT_LENGTH, 4096 at v0.11.4) and longer input is cut there
-    without an error. Load as such a request would and read the default."""
-    load = env.api.load(model, {"num_batch": num_batch})
-    loaded = env.api.loaded(model) if load.ok else None
-    default_ctx = loaded.context_length if loaded else None
-    env.api.unload(model)
-    if not default_ctx or default_ctx >= want_ctx:
-        return
-    _tier(env, result, model, "default", default_ctx, None, num_batch, cost, fill, False, deadline,
-          tokens=int(want_ctx * fill))
-    result.notes.append(f"a request without num_ctx gets the server default of {default_ctx} tokens")
+def _check_monotone(result: ProbeResult) -> None:
+    """Tier peaks must grow with num_ctx; a tier whose peak falls below a
+    smaller one's was not measured right (an old runner in its idle reading)."""
+    tiers = [f for f in result.facts if f["kind"] == "tier"]
+    for num_ctx, why in sanity.monotone_problems((f["num_ctx"], f["peak"]) for f in tiers):
+        fact = next(f for f in tiers if f["num_ctx"] == num_ctx)
+        fact.update(peak=None, measured=False, unmeasured=why)
+        result.notes.append(f"tier {fact['name']}: not counted: {why}")
 
 
-def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: int, num_ctx_option: int | None,
-          num_batch: int, cost: TokenCost, fill: float, check_release: bool, deadline: float,
-          tokens: int | None = None) -> dict:
-    """Load at ``num_ctx_option`` (None: the server's default), send one prompt
-    of ``tokens`` (default: ``fill`` of num_ctx), and record the tier."""
-    units = cost.units_for(tokens or int(num_ctx * fill))
+def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: int, num_batch: int,
+          cost: TokenCost, fill: float, check_release: bool, deadline: float) -> dict:
+    """Load at ``num_ctx``, send one prompt filling ``fill`` of it, and record
+    the tier (raw readings: the rules judge fit, release and truncation)."""
+    units = cost.units_for(int(num_ctx * fill))
     sent = cost.tokens(units)
-    load_options = {"num_batch": num_batch} | ({"num_ctx": num_ctx_option} if num_ctx_option else {})
+    load_options = {"num_batch": num_batch, "num_ctx": num_ctx}
     options = dict(load_options, num_predict=NUM_PREDICT, temperature=0, seed=7)
     with sampled(env, f"context {name} num_ctx={num_ctx}") as step:
         step.mark("load")
@@ -147,7 +137,8 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
                 env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
                 env.sleep(0.5, deadline)
         after = step.now()
-    env.api.unload(model)
+    if load.ok:
+        env.unload(model)
     error = load.error if not load.ok else (spilled or (gen.error if gen is not None and not gen.ok else None))
     oom = (not load.ok and load.oom) or bool(spilled) or (gen is not None and gen.oom) or step.over_limit()
     if step.over_limit() and not error:
@@ -155,17 +146,19 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
     ok = load.ok and gen is not None and gen.ok and not step.over_limit()
     evaluated = gen.prompt_eval_count if gen is not None and gen.ok else None
     truncated = evaluated is not None and evaluated < sent * (1 - TRUNCATION_SLACK)
-    back = None
-    if after_first is not None:
-        tolerance = max(BACK_TO_BASELINE_MIN_BYTES, int(loaded_level * BACK_TO_BASELINE_FRACTION))
-        back = (after - after_first) <= tolerance
+    measured = step.measured
     fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "model": model, "prompt_tokens": evaluated,
-            "sent_tokens": sent, "peak": step.peak, "back_to_baseline": back, "ok": ok, "error": error,
-            "truncated": truncated, "oom": oom, "placement": placement}
+            "sent_tokens": sent, "peak": step.peak, "back_to_baseline": None, "ok": ok, "error": error,
+            "truncated": truncated, "oom": oom, "placement": placement,
+            # after the first and the second request of the same size: the rules
+            # judge from these whether memory was released between requests
+            "loaded_bytes": loaded_level if load.ok and measured else None,
+            "after_first_bytes": after_first if measured else None,
+            "after_second_bytes": after if after_first is not None and measured else None,
+            **step.reading()}
     result.charts.append(step.chart())
     result.facts.append(fact)
     result.rows.append({"tier": name, "num_ctx": num_ctx, "sent tokens": sent, "evaluated": evaluated,
-                        "after load": loaded_level if load.ok else None, "peak": step.peak,
-                        "released": back, "truncated": truncated, "ok": ok,
-                        "error": (error or "")[:60] or None})
+                        "after load": fact["loaded_bytes"], "peak": step.peak,
+                        "truncated": truncated, "ok": ok, "error": (error or "")[:60] or None})
     return fact

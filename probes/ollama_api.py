@@ -39,15 +39,31 @@ def is_oom_text(text: str | None) -> bool:
     return any(marker in low for marker in OOM_MARKERS)
 
 
+def canonical_name(name: str) -> str:
+    """The one spelling of a model name every comparison uses: ``llama3.2`` is
+    ``llama3.2:latest``, and the default registry's prefix is dropped
+    (``registry.ollama.ai/library/qwen3:8b`` is ``qwen3:8b``), as Ollama itself
+    resolves names. Case is folded: Ollama treats names case-insensitively."""
+    text = (name or "").strip().lower()
+    for prefix in ("registry.ollama.ai/library/", "registry.ollama.ai/"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+            break
+    last = text.rsplit("/", 1)[-1]
+    return text if ":" in last else f"{text}:latest"
+
+
 @dataclass(frozen=True)
 class Loaded:
-    """One row of ``ollama ps`` / ``GET /api/ps`` — Ollama's own estimate."""
+    """One row of ``ollama ps`` / ``GET /api/ps``: an estimate on the legacy
+    runner, llama-server's own buffer totals on the current engine."""
 
     name: str
     size_bytes: int
     size_vram_bytes: int
     context_length: int | None
     quantization: str | None
+    digest: str | None = None
 
     @property
     def placement(self) -> str:
@@ -108,6 +124,25 @@ class Ollama:
         """``ollama list``: every model name on the server."""
         return [m.model for m in self._call(self.client.list).models]
 
+    def digests(self) -> dict[str, str]:
+        """``ollama list``'s ID column: canonical name -> digest."""
+        return {canonical_name(m.model): m.digest for m in self._call(self.client.list).models if m.digest}
+
+    def file_size(self, model: str) -> int | None:
+        """``ollama list``'s SIZE column for ``model``: the weights file's bytes."""
+        want = canonical_name(model)
+        return next((int(m.size) for m in self._call(self.client.list).models
+                     if canonical_name(m.model) == want and m.size), None)
+
+    def same_model(self, a: str, b: str, digests: dict[str, str] | None = None) -> bool:
+        """One model under two names: the same canonical name, or two tags of
+        one digest (``neohorse-1:latest`` copied from ``neohorse-1:f16``)."""
+        ca, cb = canonical_name(a), canonical_name(b)
+        if ca == cb:
+            return True
+        digests = self.digests() if digests is None else digests
+        return ca in digests and digests.get(ca) == digests.get(cb)
+
     def show(self, model: str) -> ModelShow:
         """``ollama show MODEL``; raises ModelNotFoundError."""
         try:
@@ -129,11 +164,20 @@ class Ollama:
         for m in self._call(self.client.ps).models:
             out.append(Loaded(name=m.model, size_bytes=int(m.size or 0), size_vram_bytes=int(m.size_vram or 0),
                               context_length=getattr(m, "context_length", None),
-                              quantization=m.details.quantization_level if m.details else None))
+                              quantization=m.details.quantization_level if m.details else None,
+                              digest=getattr(m, "digest", None) or None))
         return out
 
     def loaded(self, model: str) -> Loaded | None:
-        return next((m for m in self.ps() if m.name == model), None)
+        """The ``/api/ps`` row of ``model`` under any of its names (a bare name,
+        its ``:latest``, or another tag of the same digest)."""
+        rows = self.ps()
+        want = canonical_name(model)
+        row = next((m for m in rows if canonical_name(m.name) == want), None)
+        if row is not None or not rows:
+            return row
+        digest = self.digests().get(want)
+        return next((m for m in rows if digest and m.digest == digest), None)
 
     # -- loading -------------------------------------------------------------
     def load(self, model: str, options: Mapping[str, Any] | None = None, keep_alive: str | float = "10m") -> Generation:
@@ -156,10 +200,11 @@ class Ollama:
             pass  # not loaded, or gone: either way it is not in memory
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            if all(m.name != model for m in self.ps()):
+            if self.loaded(model) is None:
                 return
             time.sleep(0.05)
-        raise ProbeError(f"{model} was still loaded {wait_s:.0f}s after asking Ollama to unload it")
+        raise ProbeError(f"{model} was still loaded {wait_s:.0f}s after asking Ollama to unload it",
+                         hint="check `ollama ps`; a request still running keeps a model loaded")
 
     def unload_all(self, wait_s: float = 30.0) -> None:
         for m in self.ps():
@@ -194,10 +239,11 @@ class Ollama:
 
     def siblings(self, model: str) -> list[str]:
         """Other tags of the same model name on the server (``ollama list | grep NAME:``)."""
-        base = model.split(":", 1)[0]
-        names = self.tags()
-        own = _canonical(model)
-        return [n for n in names if n.split(":", 1)[0] == base and _canonical(n) != own]
+        own = canonical_name(model)
+        base = own.rsplit(":", 1)[0]
+        digests = self.digests()
+        return [n for n in self.tags()
+                if canonical_name(n).rsplit(":", 1)[0] == base and not self.same_model(n, model, digests)]
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         try:
@@ -205,9 +251,5 @@ class Ollama:
         except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ServerUnreachableError(f"no Ollama server answers at {self.host}",
                                          hint="start it with `ollama serve`, or pass --host URL") from exc
-
-
-def _canonical(name: str) -> str:
-    return name if ":" in name else f"{name}:latest"
 
 

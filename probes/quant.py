@@ -60,7 +60,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
         options = dict(GEN_OPTIONS, num_ctx=num_ctx)
         reference = env.api.generate(model, task, options)
         ref_text = reference.text if reference.ok else None
-        env.api.unload(model)
+        env.unload(model)
         for bits, tag, level in levels:
             env.check(deadline)
             with sampled(env, f"quant {tag} ({level})") as step:
@@ -82,10 +82,11 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                 "kind": "quant_trial", "tag": tag, "level": level, "ok": ok, "weights": weights,
                 "coherent": verdict.coherent if verdict else None,
                 "issues": list(verdict.issues) if verdict else ([error] if error else []),
-                "bits": bits, "peak": step.peak, "num_ctx": num_ctx,
+                "bits": bits, "peak": step.peak, "num_ctx": num_ctx, **step.reading(),
             })
             result.rows.append({"tag": tag, "level": level, "bits": bits, "weights": weights, "peak": step.peak,
                                 "ok": ok, "coherent": verdict.coherent if verdict else None,
                                 "issues": "; ".join(verdict.issues) if verdict and verdict.issues else error})
-            env.api.unload(tag)
+            if load.ok:
+                env.unload(tag)
     return result

@@ -125,7 +125,7 @@ class Sampler:
     def _take(self) -> None:
         try:
             used = self.reader.read().used_bytes
-        except Exception:  # noqa: BLE001 - one failed reading must not end the sampling
+        except Exception:  # noqa: BLE001 - one failed reading must not end the sampling; it is counted
             used = None
         t = self._clock() - self._t0
         with self._lock:
@@ -165,6 +165,12 @@ class Sampler:
     @property
     def over_limit(self) -> bool:
         return self.over_limit_event.is_set()
+
+    @property
+    def errors(self) -> int:
+        """Readings so far that raised or had no value: a step with any is unmeasured."""
+        with self._lock:
+            return self._errors
 
     def _summarize(self) -> SampleSummary:
         with self._lock:

@@ -3,9 +3,9 @@
 One shipped task (long paragraphs, a table, JSON and code, English and
 Chinese) at fixed ``num_predict``, seed and temperature 0, on the config
 under test. It records what separates a memory problem from everything else:
-tokens generated, ``done_reason``, HTTP status, error lines, duration. Against
-the previous run, shorter output, a cut prompt, looping text or a new error
-is a regression, and the change that caused it is reverted. By hand:
+tokens generated, ``done_reason``, HTTP status, error lines, duration, how
+much of the output repeats itself. Whether that is a regression against the
+previous run is the rules' verdict (``rules.steps.retest_regressions``). By hand:
 ``ollama run M < task.md`` with ``/set parameter num_predict 256``.
 """
 from __future__ import annotations
@@ -15,12 +15,12 @@ import time
 import uuid
 
 from probes import coherence
-from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, timed
+from probes import sanity
+from probes.base import ProbeEnv, ProbeResult, measure_checked, restoring, sampled, server_settings, timed
 from probes.texts import stability_task
 
 NUM_PREDICT = 128
 SEED = 42
-SHORTER_FRACTION = 0.8   # fewer than 80% of the previous run's tokens = shorter output
 
 
 def options_for(config: dict, num_predict: int = NUM_PREDICT) -> dict:
@@ -32,28 +32,8 @@ def options_for(config: dict, num_predict: int = NUM_PREDICT) -> dict:
     return options
 
 
-def compare(current: dict, previous: dict | None) -> list[str]:
-    """Why ``current`` (a stability fact) is worse than ``previous``; empty = not worse."""
-    if not previous:
-        return []
-    why = []
-    if previous.get("ok") and not current.get("ok"):
-        why.append("the run failed where the previous one passed")
-    prev_n, cur_n = previous.get("eval_count") or 0, current.get("eval_count") or 0
-    if prev_n and cur_n < prev_n * SHORTER_FRACTION:
-        why.append(f"shorter output: {cur_n} tokens, previous run {prev_n}")
-    if current.get("truncated") and not previous.get("truncated"):
-        why.append("the prompt was truncated at num_ctx")
-    if current.get("repeated") and not previous.get("repeated"):
-        why.append("the output loops")
-    new_errors = set(current.get("errors") or []) - set(previous.get("errors") or [])
-    if new_errors:
-        why.append("new errors: " + "; ".join(sorted(new_errors))[:200])
-    return why
-
-
 @timed
-def run(env: ProbeEnv, config: dict, previous: dict | None = None, num_predict: int = NUM_PREDICT,
+def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         prompt_tokens: int | None = None) -> ProbeResult:
     """Run the fixed task on ``config`` (the method's vocabulary: model,
     max_context_len, max_batch_size, max_concurrency, ...)."""
@@ -73,20 +53,36 @@ def run(env: ProbeEnv, config: dict, previous: dict | None = None, num_predict: 
             result.error = f"not verified: restart Ollama with {settings} and run the check again"
             result.notes.append(result.error)
             result.facts.append({"kind": "stability", "config": dict(config), "eval_count": None,
-                                 "done_reason": None, "ok": False, "truncated": False, "repeated": False,
-                                 "errors": [result.error], "regression": False})
+                                 "done_reason": None, "ok": False, "truncated": False, "repeat_share": None,
+                                 "errors": [result.error], "peak": None,
+                                 "measured": False, "unmeasured": result.error})
             return result
         if prompt_tokens is None:
             # the task's own token count, measured with room to spare, so a cut prompt is visible
             probe_gen = env.api.generate(model, f"[{uuid.uuid4().hex[:6]}]\n" + task,
                                          {"num_ctx": 8192, "num_predict": 1, "temperature": 0})
             prompt_tokens = probe_gen.prompt_eval_count if probe_gen.ok else None
-            env.api.unload(model)
+            env.unload(model)
         env.check(deadline)
-        with sampled(env, f"stability {model} num_ctx={options.get('num_ctx')} x{parallel}") as step:
-            step.mark("request")
-            gens = _run_parallel(env, model, task, options, parallel)
-            step.mark("done")
+        weights = env.api.file_size(model)
+
+        def once():
+            with sampled(env, f"stability {model} num_ctx={options.get('num_ctx')} x{parallel}") as step:
+                step.mark("request")
+                gens = _run_parallel(env, model, task, options, parallel)
+                step.mark("done")
+                loaded = env.api.loaded(model)
+            return step, {"gens": gens, "loaded": loaded}
+
+        def problems(step, got):
+            if not got["gens"][0].ok:
+                return []
+            placement = got["loaded"].placement if got["loaded"] else None
+            on_device = placement == "gpu" or (not env.on_gpu and placement is not None)
+            return sanity.load_problems(None, step.peak, weights, weights_on_device=on_device)
+
+        step, got = measure_checked(once, problems, result.notes)
+        gens = got["gens"]
         main = gens[0]
         errors = sorted({g.error for g in gens if g.error})
         over = step.over_limit()
@@ -94,23 +90,19 @@ def run(env: ProbeEnv, config: dict, previous: dict | None = None, num_predict: 
             errors.append(step.over_limit_text())
         truncated = bool(prompt_tokens and main.prompt_eval_count and
                          main.prompt_eval_count < prompt_tokens * 0.98)
-        repeated = coherence.repeat_share(main.text) > coherence.REPEAT_NGRAM_LIMIT
         ok = all(g.ok for g in gens) and not over
         fact = {"kind": "stability", "config": dict(config), "eval_count": main.eval_count,
-                "done_reason": main.done_reason, "ok": ok, "truncated": truncated, "repeated": repeated,
-                "errors": errors, "peak": step.peak}
-        why = compare(fact, previous)
-        fact["regression"] = bool(why)
-        result.ok = ok and not why
-        result.error = "; ".join(why or errors) or None
+                "done_reason": main.done_reason, "ok": ok, "truncated": truncated,
+                "repeat_share": round(coherence.repeat_share(main.text), 4) if main.ok else None,
+                "errors": errors, "peak": step.peak, **step.reading()}
+        result.ok = ok and step.measured
+        result.error = "; ".join(errors) or (f"not measured: {step.unmeasured}" if step.unmeasured else None)
         result.facts.append(fact)
         result.charts.append(step.chart())
         result.rows.append({"model": model, "num_ctx": options.get("num_ctx"), "parallel": parallel,
                             "tokens": main.eval_count, "done": main.done_reason, "status": main.status,
                             "prompt tokens": main.prompt_eval_count, "of": prompt_tokens,
-                            "seconds": main.duration_s, "peak": step.peak, "errors": len(errors),
-                            "regression": bool(why)})
-        result.notes.extend(why)
+                            "seconds": main.duration_s, "peak": step.peak, "errors": len(errors)})
     return result
 
 

@@ -43,6 +43,14 @@ def _f(*types, required=True, choices=None) -> Field:
 
 _NONE = type(None)
 
+# every measurement says whether its figures are measurements: False for a
+# failed reading, a source that cannot see the model, or a refused sanity
+# check, with the reason in `unmeasured`
+_HEALTH = {
+    "measured": _f(bool, required=False),
+    "unmeasured": _f(str, _NONE, required=False),
+}
+
 # kind -> field -> spec. ``None`` is allowed wherever _NONE is listed: a probe
 # that could not read a value says so with None rather than inventing one.
 SCHEMA: dict[str, dict[str, Field]] = {
@@ -68,6 +76,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "source": _f(str, required=False),
     },
     "load": {
+        **_HEALTH,
         "model": _f(str),
         "options": _f(dict),
         "ok": _f(bool),
@@ -86,6 +95,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "level": _f(str, _NONE, required=False),
     },
     "tier": {
+        **_HEALTH,
         "name": _f(str),
         "num_ctx": _f(int),
         "prompt_tokens": _f(int, _NONE),
@@ -98,8 +108,14 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "oom": _f(bool, required=False),
         "sent_tokens": _f(int, _NONE, required=False),
         "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
+        # model usage after load, after the first and after the second request
+        # of the same size (the rules judge "released" from these)
+        "loaded_bytes": _f(int, _NONE, required=False),
+        "after_first_bytes": _f(int, _NONE, required=False),
+        "after_second_bytes": _f(int, _NONE, required=False),
     },
     "quant_trial": {
+        **_HEALTH,
         "tag": _f(str),
         "level": _f(str),
         "ok": _f(bool),
@@ -112,6 +128,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
     },
     "knob_trial": {
+        **_HEALTH,
         "knob": _f(str, choices=("num_batch", "num_parallel", "kv_cache_type", "kv_cache_off")),
         "old": _f(int, str, _NONE),
         "new": _f(int, str, _NONE),
@@ -122,12 +139,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
     },
     "stability": {
+        **_HEALTH,
         "config": _f(dict),
         "eval_count": _f(int, _NONE),
         "done_reason": _f(str, _NONE),
         "ok": _f(bool),
         "truncated": _f(bool),
-        "repeated": _f(bool),
+        "repeat_share": _f(*_NUM, _NONE, required=False),  # share of the output's word 4-grams that repeat
         "errors": _f(list),
         "peak": _f(int, _NONE, required=False),
         "regression": _f(bool, required=False),

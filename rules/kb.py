@@ -79,6 +79,7 @@ def _reads(priority: int, event, state=None, en: str = "", zh: str = ""):
         def action(c):
             st, fact = c.s._d, c.f._d
             body(st, fact)
+            S.note_unmeasured(st, fact)
             fields = _Loose(fact)
             fields.update({k + "_h": _size(fact.get(k)) for k in _SIZES})
             fields["fit_limit_h"] = _size(st["fit_limit"])
@@ -441,18 +442,20 @@ with ruleset(RULESET):
     def retest_failed(st, f):
         S.read_retest(st, f, "fail")
 
-    @_reads(62, STAB & (m.regression == True), state=AT_STABILITY,  # noqa: E712
-            en="the retest regressed against the previous config", zh="复测结果比之前的配置更差")
-    def retest_regressed(st, f):
-        S.read_retest(st, f, "fail")
+    @_reads(62, STAB & (m.measured == False) & -m.peak, state=AT_STABILITY,  # noqa: E712
+            en="the retest's memory was not measured ({unmeasured}): it cannot verify the config",
+            zh="复测的内存没有测得（{unmeasured}）：无法验证该配置")
+    def retest_unmeasured(st, f):
+        S.read_retest(st, f, "unmeasured")
 
     @_reads(63, STAB & (m.truncated == True), state=AT_STABILITY,  # noqa: E712
             en="the retest's input was truncated", zh="复测的输入被截断")
     def retest_truncated(st, f):
         S.read_retest(st, f, "fail")
 
-    @_reads(64, STAB & (m.repeated == True), state=AT_STABILITY,  # noqa: E712
-            en="the retest's output repeats itself", zh="复测的输出在重复")
+    @_reads(64, STAB & (m.repeat_share > T.COHERENCE.max_repeated_4gram_ratio), state=AT_STABILITY,
+            en="the retest's output repeats itself ({repeat_share} of its 4-grams)",
+            zh="复测的输出在重复（4-gram 重复比例 {repeat_share}）")
     def retest_repeated(st, f):
         S.read_retest(st, f, "fail")
 
@@ -462,10 +465,18 @@ with ruleset(RULESET):
     def retest_above_limit(st, f):
         S.read_retest(st, f, "fail")
 
-    @_reads(66, STAB & (m.ok == True), state=AT_STABILITY,  # noqa: E712
-            en="the retest passed: {eval_count} tokens, {done_reason}", zh="复测通过：{eval_count} 个 token，{done_reason}")
+    @_reads(66, STAB & (m.ok == True) & +m.peak, state=AT_STABILITY,  # noqa: E712
+            en="the retest ran: {eval_count} tokens, {done_reason}, peak {peak_h} (compared with the previous "
+               "retest next)",
+            zh="复测完成：{eval_count} 个 token，{done_reason}，峰值 {peak_h}（接着与上一次复测比较）")
     def retest_passed(st, f):
         S.read_retest(st, f, "pass")
+
+    @_reads(67, STAB, state=AT_STABILITY,
+            en="the retest has no peak reading: it cannot verify the config",
+            zh="复测没有峰值读数：无法验证该配置")
+    def retest_without_peak(st, f):
+        S.read_retest(st, f, "unmeasured")
 
     # everything the tree has no use for right now: kept in facts(), not used
     @_reads(300, +m.kind, en="{kind} fact kept, not used at this point", zh="{kind} 事实已记录，此时不使用")
@@ -622,7 +633,7 @@ with ruleset(RULESET):
         S.adopt_largest_fit(st)
         S.to_plan(st)
 
-    @_decides(134, CTX_DONE & (s.tier_truncated == True),  # noqa: E712
+    @_decides(134, CTX_DONE & (s.tier_truncated == True) & (s.cause == "none"),  # noqa: E712
               en="A prompt was cut at num_ctx without any memory error: truncation, not memory.",
               zh="提示在 num_ctx 处被截断且没有内存错误：是截断，不是内存。")
     def truncation_means_not_memory(st):
@@ -708,7 +719,8 @@ with ruleset(RULESET):
         S.to_plan(st)
 
     @_decides(161, _finished("retest") & (s.retest == "pass"),
-              en="The stability retest passed: the change is kept.", zh="稳定性复测通过：保留该调整。")
+              en="The stability retest passed and did not regress: the change is kept.",
+              zh="稳定性复测通过且没有退化：保留该调整。")
     def retest_passed_keeps_change(st):
         S.accept_candidate(st)
         S.to_plan(st)
@@ -723,7 +735,9 @@ with ruleset(RULESET):
     @_decides(165, _finished("confirm") & (s.retest == "pass"),
               en="The stability retest passed on the config as it is.", zh="当前配置的稳定性复测通过。")
     def confirm_passed(st):
-        st["config_verified"] = True
+        st["config_verified"] = st["retest_measured"]
+        # a pass whose memory was not measured cannot verify; retesting again would not either
+        st["confirm_failed"] = not st["retest_measured"]
         S.to_plan(st)
 
     @_decides(166, _finished("confirm"),
@@ -792,7 +806,16 @@ with ruleset(RULESET):
 
     CONC = PLAN & (s.problem == "concurrency") & (s.backend_refused == False)  # noqa: E712
 
-    @_decides(178, CONC & (s.has_backend_fit == True),  # noqa: E712
+    @_decides(178, CONC & (s.want_parallel > 1) & (s.q_keep_concurrency == "missing"),
+              en="Must the concurrency stay at {want_parallel}? (yes: only changes that keep every concurrent "
+                 "request are tried, the KV cache type and the batch; no: fewer concurrent requests may be "
+                 "tried last.)",
+              zh="并发数必须保持 {want_parallel} 吗？（是：只尝试保留全部并发的调整，即 KV 缓存类型和批大小；"
+                 "否：最后也会尝试减少并发数。）")
+    def ask_keep_concurrency(st):
+        return S.ask(st, "keep_concurrency")
+
+    @_decides(179, CONC & (s.has_backend_fit == True),  # noqa: E712
               en="Change {knob} from {from} to {to}: the trial with this one change fit within the limit; "
                  "retest stability.",
               zh="把 {knob} 从 {from} 改为 {to}：只改这一项的试验在上限内通过；复测稳定性。")
@@ -800,11 +823,11 @@ with ruleset(RULESET):
         key, value = st["knob_try"]
         return S.change(st, key, value, st["backend_fit"].get("peak"), "backend")
 
-    @_decides(179, CONC & (s.ladder_left == True),  # noqa: E712
+    @_decides(180, CONC & (s.ladder_left == True),  # noqa: E712
               en="Concurrency overflows: try one backend change, {knob} = {to}, against the overflowing config.",
               zh="并发导致溢出：尝试一项后端调整 {knob} = {to}，与溢出的配置对照测量。")
     def try_next_backend_knob(st):
-        key, value = st["ladder"].pop(0)
+        key, value = S.next_rung(st)
         return S.probe(st, "backend", base=st["reference"], key=key, value=value, phase="ladder")
 
     @_decides(181, PLAN & ((s.problem == "not_memory") | (s.problem == "not_released") | (s.problem == "concurrency"))
@@ -866,7 +889,8 @@ with ruleset(RULESET):
               en="Done: the config was measured within the limit; its stability retest {verified}.",
               zh="完成：该配置在上限内实测通过；稳定性复测{verified_zh}。")
     def finish_with_config(st):
-        advice = st["advice"] or ("no_oom" if st["cause"] == "none" else "")
+        advice = st["advice"] or ("concurrency_reduced" if st["concurrency_short"] else "") \
+            or ("no_oom" if st["cause"] == "none" else "")
         return S.done(st, True, advice)
 
     @_decides(191, PLAN,

@@ -33,7 +33,7 @@ KNOB_OF_KEY = {
 PROBE_KNOB = {"max_batch_size": "num_batch", "max_concurrency": "num_parallel", "kv_cache": "kv_cache_type"}
 CONFIG_KEY_OF_PROBE_KNOB = {v: k for k, v in PROBE_KNOB.items()}
 
-QUESTIONS = ("symptom", "model", "want_ctx", "want_parallel", "budget", "keep_context")
+QUESTIONS = ("symptom", "model", "want_ctx", "want_parallel", "budget", "keep_context", "keep_concurrency")
 PROBE_STAGE = {"baseline": "baseline", "context": "context", "quant": "quant", "backend": "backend"}
 
 _REMEDY_OF = {"max_context_len": "context", "quant_type": "quant", "model": "quant",
@@ -66,6 +66,7 @@ def initial_state(sid: str, max_steps: int = T.MAX_STEPS) -> dict:
         "want_parallel": 0,
         "budget": 0,
         "keep_context": "unknown",
+        "keep_concurrency": "unknown",
         "has_device": False,
         "vendor": "",
         "gpu": False,
@@ -97,6 +98,10 @@ def initial_state(sid: str, max_steps: int = T.MAX_STEPS) -> dict:
         "knob_reading": {},
         "knob_try": [],
         "retest": "none",
+        "retest_measured": False,   # the latest retest's peak was measured by a source that saw the model
+        "retest_why": [],           # why the latest retest regressed against the one before
+        "last_retest": {},          # the previous retest, what the next one is compared with
+        "unmeasured_why": "",       # the latest reason a reading was not a measurement
         "confirm_failed": False,
         # the session's decisions so far
         "config": {},
@@ -148,7 +153,9 @@ def settle(st: dict) -> None:
     st["quant_left"] = any(o["tag"] not in st["quant_tried"] for o in st["quant_options"])
     st["wants_concurrency"] = (st["want_parallel"] > 1 and st["has_config"]
                                and cfg.get("max_concurrency", 1) < st["want_parallel"])
-    st["ladder_left"] = len(st["ladder"]) > 0
+    st["concurrency_short"] = (st["want_parallel"] > 1 and st["has_config"]
+                               and 0 < (cfg.get("max_concurrency") or 1) < st["want_parallel"])
+    st["ladder_left"] = len(_usable_rungs(st)) > 0
     st["step_limit_reached"] = st["n"] >= st["max_steps"]
     _drop_none(st)
 
@@ -254,9 +261,10 @@ def note_target(st: dict, f: dict) -> None:
         if f.get(key) is not None:
             st[key] = f[key]
             resolve_question(st, key, True)
-    if f.get("keep_context") is not None:
-        st["keep_context"] = "yes" if f["keep_context"] else "no"
-        resolve_question(st, "keep_context", True)
+    for key in ("keep_context", "keep_concurrency"):
+        if f.get(key) is not None:
+            st[key] = "yes" if f[key] else "no"
+            resolve_question(st, key, True)
 
 
 def note_device(st: dict, f: dict) -> None:
@@ -314,6 +322,9 @@ def note_answer(st: dict, f: dict) -> None:
         resolve_question(st, q, st["keep_context"] != "unknown")
         if st["keep_context"] == "yes" and _change_pending(st, "context"):
             _refuse_pending(st)
+    elif q == "keep_concurrency":
+        st["keep_concurrency"] = _as_yes_no(value)
+        resolve_question(st, q, st["keep_concurrency"] != "unknown")
     elif q == "refuse":
         # the same as a `refusal` fact; the value names the remedy (or the knob)
         remedy = _REMEDY_OF.get(str(value), str(value))
@@ -379,7 +390,7 @@ def read_tier(st: dict, f: dict, verdict: str) -> None:
         if f["num_ctx"] > st["tier_best_ctx"]:
             st["tier_best_ctx"] = f["num_ctx"]
             st["tier_best_peak"] = f["peak"]
-        if f.get("back_to_baseline") is False:
+        if released(f) is False:
             st["tier_not_back"] = True
     elif verdict in ("oom", "over"):
         if not st["tier_mem_fail"]:
@@ -392,6 +403,15 @@ def read_tier(st: dict, f: dict, verdict: str) -> None:
         st["tier_crash_error"] = f.get("error") or ""
     elif verdict == "truncated":
         st["tier_truncated"] = True
+
+
+def released(f: dict) -> bool | None:
+    """Did usage fall back between two requests of the same size? From the
+    raw readings when the probe gives them; None when it was not measured."""
+    first, second = f.get("after_first_bytes"), f.get("after_second_bytes")
+    if first is not None and second is not None:
+        return T.back_to_baseline(first, second, max(first, f.get("peak") or first))
+    return f.get("back_to_baseline")
 
 
 def read_quant(st: dict, f: dict, verdict: str) -> None:
@@ -408,9 +428,49 @@ def read_knob(st: dict, f: dict, verdict: str) -> None:
 
 
 def read_retest(st: dict, f: dict, verdict: str) -> None:
-    """verdict: pass / fail / mismatch; a failure is not undone by a later pass."""
+    """verdict: pass / fail / mismatch / unmeasured; a failure is not undone by
+    a later pass. A pass that regressed against the previous retest is a
+    failure; a pass whose peak was not measured can never verify a config."""
+    if verdict == "mismatch":
+        if st["retest"] in ("none", "pass"):
+            st["retest"] = verdict
+        return
+    why = retest_regressions(f, st["last_retest"]) if verdict == "pass" else []
+    if why:
+        verdict = "fail"
+    st["retest_why"] = why
+    st["retest_measured"] = f.get("measured") is not False and f.get("peak") is not None
+    st["last_retest"] = {k: f.get(k) for k in ("ok", "eval_count", "truncated", "repeat_share", "errors")}
     if st["retest"] in ("none", "pass"):
         st["retest"] = verdict
+
+
+def retest_regressions(current: dict, previous: dict) -> list[str]:
+    """Why ``current`` (a stability fact) is worse than ``previous``; empty: not worse."""
+    if not previous:
+        return []
+    why = []
+    if previous.get("ok") and not current.get("ok"):
+        why.append("the run failed where the previous one passed")
+    prev_n, cur_n = previous.get("eval_count") or 0, current.get("eval_count") or 0
+    if prev_n and cur_n < prev_n * T.REGRESSION_SHORTER_FRACTION:
+        why.append(f"shorter output: {cur_n} tokens, previous run {prev_n}")
+    if current.get("truncated") and not previous.get("truncated"):
+        why.append("the prompt was truncated at num_ctx")
+    if (current.get("repeat_share") or 0) > (previous.get("repeat_share") or 0) + T.REGRESSION_REPEAT_RISE:
+        why.append(f"the output repeats itself more: {current['repeat_share']:.0%} of its 4-grams, "
+                   f"previous run {previous.get('repeat_share') or 0:.0%}")
+    new_errors = set(current.get("errors") or []) - set(previous.get("errors") or [])
+    if new_errors:
+        why.append("new errors: " + "; ".join(sorted(new_errors))[:200])
+    return why
+
+
+def note_unmeasured(st: dict, f: dict) -> None:
+    """Any reading whose figures are not measurements leaves its reason: the
+    final step says why a config could not be verified."""
+    if f.get("measured") is False and f.get("unmeasured"):
+        st["unmeasured_why"] = f["unmeasured"]
 
 
 # --- moving the session ------------------------------------------------------
@@ -472,7 +532,8 @@ def accept_candidate(st: dict) -> None:
     remedy = st["change"].get("remedy")
     st["config"] = dict(st["candidate"])
     st["has_config"] = True
-    st["config_verified"] = True
+    st["config_verified"] = st["retest_measured"]
+    st["confirm_failed"] = not st["retest_measured"]  # an unmeasured pass is not retested again
     st["against_reference"] = False
     st["reference"] = {}
     if remedy == "quant":
@@ -523,13 +584,27 @@ def start_concurrency_ladder(st: dict) -> None:
     reference["gpu_memory_utilization"] = _util(st, st["knob_reading"].get("peak"))
     st["reference"] = reference
     st["against_reference"] = True
-    ladder = [["max_batch_size", b] for b in T.BATCH_LADDER if b < reference["max_batch_size"]]
+    ladder = [["kv_cache", kv] for kv in T.KV_CACHE_LADDER if kv != reference.get("kv_cache")]
+    ladder += [["max_batch_size", b] for b in T.BATCH_LADDER if b < reference["max_batch_size"]]
     parallel = st["want_parallel"] // 2
     while parallel >= 2:
         ladder.append(["max_concurrency", parallel])
         parallel //= 2
-    ladder += [["kv_cache", kv] for kv in T.KV_CACHE_LADDER]
     st["ladder"] = ladder
+
+
+def next_rung(st: dict) -> list:
+    """The next backend change to try; fewer concurrent requests only when the
+    user did not say the concurrency must stay."""
+    while st["ladder"]:
+        rung = st["ladder"].pop(0)
+        if not (rung[0] == "max_concurrency" and st["keep_concurrency"] == "yes"):
+            return rung
+    raise AssertionError("next_rung() called with no usable rung left")
+
+
+def _usable_rungs(st: dict) -> list:
+    return [r for r in st["ladder"] if not (r[0] == "max_concurrency" and st["keep_concurrency"] == "yes")]
 
 
 def keep_backend_fit(st: dict) -> None:
@@ -597,9 +672,26 @@ def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:
         verified = bool(cfg) and st["config_verified"]
     else:
         cfg, verified = config, False
+    unverified = None
+    if not verified:
+        unverified = (st["unmeasured_why"] and f"the memory readings were not measurements: {st['unmeasured_why']}") \
+            or ("no stability retest passed on this config" if cfg else "no config was measured within the limit")
     return {"action": "done", "cause": None if st["cause"] == "none" else st["cause"],
             "config": full_config(cfg), "verified": bool(verified), "fits": bool(fits) and bool(cfg),
-            "advice": advice or None}
+            "advice": advice or None, "unverified": unverified,
+            "unmet": unmet_wishes(st, cfg)}
+
+
+def unmet_wishes(st: dict, cfg: dict | None) -> list[str]:
+    """What the user asked for that the config does not give."""
+    if not cfg:
+        return []
+    unmet = []
+    if st["want_ctx"] and (cfg.get("max_context_len") or 0) < st["want_ctx"]:
+        unmet.append("max_context_len")
+    if st["want_parallel"] > 1 and (cfg.get("max_concurrency") or 1) < st["want_parallel"]:
+        unmet.append("max_concurrency")
+    return unmet
 
 
 def best_tier_config(st: dict) -> dict | None:
@@ -663,6 +755,8 @@ def _await(st: dict, name: str) -> None:
         st.update(knob="none", knob_reading={})
     elif name == "stability":
         st["retest"] = "none"
+        st["retest_measured"] = False
+        st["retest_why"] = []
         if st["stage"] == "confirm":
             st["candidate_key"] = config_key(st["config"])
 
@@ -686,6 +780,11 @@ ADVICE = {
     "concurrency_unmet": ("The wanted concurrency does not fit within the limit with any single backend change: "
                           "serve fewer requests at once or use a device with more memory.",
                           "任何单项后端调整都无法让所需并发在上限内运行：请减少同时处理的请求数，或换用内存更大的设备。"),
+    "concurrency_reduced": ("Fewer concurrent requests than you wanted fit within the limit: the config serves "
+                            "the measured number (max_concurrency); the KV cache type and batch were tried first. "
+                            "Serve the rest from a queue, or use a device with more memory.",
+                            "在上限内放不下你想要的并发数：配置采用实测可行的并发数（max_concurrency）；"
+                            "已先尝试 KV 缓存类型和批大小。其余请求请排队，或换用内存更大的设备。"),
     "concurrency_unmeasured": ("The server-wide concurrency setting could not be changed by the probe: restart Ollama "
                                "with OLLAMA_NUM_PARALLEL set and run the check again.",
                                "探针无法修改服务器级的并发设置：请设置 OLLAMA_NUM_PARALLEL 后重启 Ollama，再检查一次。"),

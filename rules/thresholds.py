@@ -43,6 +43,15 @@ BACK_TO_BASELINE_TOLERANCE_FRACTION = 0.05
 #: A config above it is never recommended.
 SAFETY_MARGIN_FRACTION = 0.05
 
+# --- judging a stability retest against the previous one (method step 6) ---
+
+#: A retest that generates fewer than this share of the previous run's tokens
+#: has shorter output: the change cut the answer (truncation, a crash).
+REGRESSION_SHORTER_FRACTION = 0.8
+#: The share of repeated 4-grams may rise this much before the output counts
+#: as looping more than before (greedy decoding of the same task wobbles).
+REGRESSION_REPEAT_RISE = 0.15
+
 # --- the conservative starting point (method step 2) ------------------------
 
 CONSERVATIVE_NUM_CTX = 2048
@@ -50,11 +59,14 @@ CONSERVATIVE_NUM_BATCH = 512
 CONSERVATIVE_NUM_PARALLEL = 1
 DEFAULT_KV_CACHE = "f16"
 
-# --- backend ladder (method step 5: batch, then concurrency, then KV cache) --
+# --- backend ladder (method step 5) ------------------------------------------
+# When concurrency overflows: KV cache type, then batch (both keep the wished
+# concurrency), and only then fewer concurrent requests, if the user allows it.
 
 #: Batch sizes tried, in order, one trial each, when concurrency overflows.
 BATCH_LADDER = (256, 128)
-#: KV cache types tried, in order, after batch and concurrency.
+#: KV cache types tried, in order. They come first: a smaller KV cache keeps
+#: every concurrent slot, while fewer slots drop the user's wish.
 KV_CACHE_LADDER = ("q8_0", "q4_0")
 
 # --- coherence of a lower-bit quantization (method step 4) ------------------

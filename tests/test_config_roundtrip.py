@@ -38,7 +38,7 @@ def sample_result(**changes) -> dict:
             "limit": 1 * GiB, "limit_note": "--budget 1GiB",
             "readings": {"idle": 100 * MiB, "after_load": 380 * MiB, "settled": 381 * MiB, "peak": 620 * MiB},
             "stability": {"kind": "stability", "config": {"num_ctx": 4096, "num_batch": 512}, "eval_count": 256,
-                          "done_reason": "length", "ok": True, "truncated": False, "repeated": False,
+                          "done_reason": "length", "ok": True, "truncated": False, "repeat_share": 0.0,
                           "errors": []},
         },
         "facts": [

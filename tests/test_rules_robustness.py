@@ -60,7 +60,7 @@ def _random_fact(rng: random.Random) -> dict:
     if kind == "stability":
         return {"kind": "stability", "config": rng.choice([{}, {"model": MODEL, "max_context_len": 2048}]),
                 "eval_count": _maybe(rng, 256), "done_reason": _maybe(rng, "length"), "ok": rng.random() < 0.7,
-                "truncated": rng.random() < 0.2, "repeated": rng.random() < 0.2, "errors": [],
+                "truncated": rng.random() < 0.2, "repeat_share": rng.choice([0.0, 0.1, 0.5]), "errors": [],
                 "peak": rng.choice(SIZES), "regression": rng.random() < 0.2}
     if kind == "answer":
         return {"kind": "answer", "question": rng.choice(["symptom", "model", "want_ctx", "want_parallel", "budget",
@@ -98,7 +98,7 @@ def test_answering_each_step_with_random_measurements_always_ends(seed):
             elif step["action"] == "change" or step["probe"] == "stability":
                 config = step["config"] if step["action"] == "change" else step["args"]["config"]
                 facts = [{"kind": "stability", "config": config, "eval_count": 256, "done_reason": "length",
-                          "ok": rng.random() < 0.8, "truncated": False, "repeated": False, "errors": [],
+                          "ok": rng.random() < 0.8, "truncated": False, "repeat_share": 0.0, "errors": [],
                           "peak": rng.choice([None, 12 * GiB, 23 * GiB])},
                          {"kind": "probe_done", "probe": "stability", "ok": True}]
             else:

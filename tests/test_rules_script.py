@@ -67,16 +67,27 @@ def knob(name, new, peak=None, ok=True, old=None, **extra):
     return {"kind": "knob_trial", "knob": name, "old": old, "new": new, "peak": peak, "ok": ok, **extra}
 
 
-def passed(peak=None):
-    return {"ok": True, "regression": False, "truncated": False, "repeated": False, "peak": peak}
+#: what a measured stability retest peaks at when a case does not say: below
+#: every limit the cases use, as a real retest of a config that fits would be
+RETEST_PEAK = 1 * GiB
+
+
+def passed(peak=RETEST_PEAK):
+    return {"ok": True, "truncated": False, "repeat_share": 0.02, "peak": peak, "measured": True}
 
 
 def regressed():
-    return {"ok": True, "regression": True, "truncated": False, "repeated": False}
+    """A retest that ran but cut the input: the change made things worse."""
+    return {"ok": True, "truncated": True, "repeat_share": 0.02, "peak": RETEST_PEAK, "measured": True}
+
+
+def unmeasured_retest(reason="3 of 40 memory readings failed"):
+    return {"ok": True, "truncated": False, "repeat_share": 0.02, "peak": None, "measured": False,
+            "unmeasured": reason}
 
 
 def crashed():
-    return {"ok": False, "regression": False, "truncated": False, "repeated": False,
+    return {"ok": False, "truncated": False, "repeat_share": None, "peak": None,
             "errors": ["llama runner process has terminated"]}
 
 
@@ -130,7 +141,7 @@ class Script:
         outcome = dict(self._next("stability", step))
         fact = {"kind": "stability", "config": config, "eval_count": 256, "done_reason": "length",
                 "ok": outcome.pop("ok"), "truncated": outcome.pop("truncated", False),
-                "repeated": outcome.pop("repeated", False), "errors": outcome.pop("errors", [])}
+                "repeat_share": outcome.pop("repeat_share", None), "errors": outcome.pop("errors", [])}
         fact.update({k: v for k, v in outcome.items() if v is not None})
         return [fact, {"kind": "probe_done", "probe": "stability", "ok": True}]
 

@@ -17,6 +17,7 @@ import pytest
 from rules import thresholds as T
 from tests.test_rules_script import (
     GiB, MODEL, MiB, Script, crashed, device, drive, knob, load, oom_tier, passed, regressed, symptom,
+    unmeasured_retest,
     target, tier, trial,
 )
 
@@ -250,43 +251,46 @@ CASES = [
          "not_memory", {"max_context_len": 4096}, True, True, "truncation"),
 
     # --- single request fine, concurrency overflows => backend knobs -------
-    Case("concurrency_overflow_tries_batch_first",
+    Case("concurrency_overflow_tries_the_kv_cache_type_first",
          [symptom("concurrent"), target(want_ctx=2048, want_parallel=4), DEV],
          dict(baseline=[[load()]], context=[FIT_TO_2K],
-              backend=[[knob("num_parallel", 4, OVER)], [knob("num_batch", 256, 20 * GiB)]],
+              backend=[[knob("num_parallel", 4, OVER)], [knob("kv_cache_type", "q8_0", 20 * GiB)]],
               stability=[passed()]),
-         ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "probe:backend:num_batch=256",
-          "change:max_batch_size=256", "done"],
-         "concurrency", {"max_batch_size": 256, "max_concurrency": 4, "kv_cache": "f16",
+         ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "ask:keep_concurrency",
+          "probe:backend:kv_cache_type=q8_0", "change:kv_cache=q8_0", "done"],
+         "concurrency", {"max_batch_size": 512, "max_concurrency": 4, "kv_cache": "q8_0",
                          "gpu_memory_utilization": 0.84}, True, True),
-    Case("backend_knobs_go_batch_then_concurrency_then_kv_cache",
+    Case("backend_knobs_go_kv_cache_then_batch_then_fewer_requests",
          [symptom("concurrent"), target(want_ctx=2048, want_parallel=4), DEV],
-         dict(baseline=[[load()]], context=[FIT_TO_2K],
-              backend=[[knob("num_parallel", 4, ok=False, error="out of memory")], [knob("num_batch", 256, OVER)],
-                       [knob("num_batch", 128, OVER)], [knob("num_parallel", 2, OVER)],
-                       [knob("kv_cache_type", "q8_0", 19 * GiB)]],
+         dict(answers={"keep_concurrency": False}, baseline=[[load()]], context=[FIT_TO_2K],
+              backend=[[knob("num_parallel", 4, ok=False, error="out of memory")],
+                       [knob("kv_cache_type", "q8_0", OVER)], [knob("kv_cache_type", "q4_0", OVER)],
+                       [knob("num_batch", 256, OVER)], [knob("num_batch", 128, OVER)],
+                       [knob("num_parallel", 2, 19 * GiB)]],
               stability=[passed()]),
-         ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "probe:backend:num_batch=256",
-          "probe:backend:num_batch=128", "probe:backend:num_parallel=2", "probe:backend:kv_cache_type=q8_0",
-          "change:kv_cache=q8_0", "done"],
-         "concurrency", {"max_batch_size": 512, "max_concurrency": 4, "kv_cache": "q8_0"}, True, True),
+         ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "ask:keep_concurrency",
+          "probe:backend:kv_cache_type=q8_0", "probe:backend:kv_cache_type=q4_0", "probe:backend:num_batch=256",
+          "probe:backend:num_batch=128", "probe:backend:num_parallel=2", "change:max_concurrency=2", "done"],
+         "concurrency", {"max_batch_size": 512, "max_concurrency": 2, "kv_cache": "f16"}, True, True,
+         "concurrency_reduced"),
     Case("a_backend_change_that_regresses_is_reverted_and_the_next_knob_tried",
          [symptom("concurrent"), target(want_ctx=2048, want_parallel=4), DEV],
          dict(baseline=[[load()]], context=[FIT_TO_2K],
-              backend=[[knob("num_parallel", 4, OVER)], [knob("num_batch", 256, 20 * GiB)],
-                       [knob("num_batch", 128, 19 * GiB)]],
+              backend=[[knob("num_parallel", 4, OVER)], [knob("kv_cache_type", "q8_0", 20 * GiB)],
+                       [knob("kv_cache_type", "q4_0", 19 * GiB)]],
               stability=[crashed(), passed()]),
-         ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "probe:backend:num_batch=256",
-          "change:max_batch_size=256", "probe:backend:num_batch=128", "change:max_batch_size=128", "done"],
-         "concurrency", {"max_batch_size": 128, "max_concurrency": 4}, True, True),
-    Case("when_no_backend_change_fits_the_single_request_config_is_the_finding",
+         ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "ask:keep_concurrency",
+          "probe:backend:kv_cache_type=q8_0", "change:kv_cache=q8_0", "probe:backend:kv_cache_type=q4_0",
+          "change:kv_cache=q4_0", "done"],
+         "concurrency", {"kv_cache": "q4_0", "max_concurrency": 4}, True, True),
+    Case("when_the_concurrency_must_stay_fewer_requests_are_never_tried",
          [symptom("concurrent"), target(want_ctx=2048, want_parallel=4), DEV],
-         dict(baseline=[[load()]], context=[FIT_TO_2K],
-              backend=[[knob("num_parallel", 4, OVER)]] + [[knob("num_batch", 0, OVER)]] * 5,
+         dict(answers={"keep_concurrency": True}, baseline=[[load()]], context=[FIT_TO_2K],
+              backend=[[knob("num_parallel", 4, OVER)]] + [[knob("num_batch", 0, OVER)]] * 4,
               stability=[passed()]),
-         ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "probe:backend:num_batch=256",
-          "probe:backend:num_batch=128", "probe:backend:num_parallel=2", "probe:backend:kv_cache_type=q8_0",
-          "probe:backend:kv_cache_type=q4_0", "probe:stability", "done"],
+         ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "ask:keep_concurrency",
+          "probe:backend:kv_cache_type=q8_0", "probe:backend:kv_cache_type=q4_0", "probe:backend:num_batch=256",
+          "probe:backend:num_batch=128", "probe:stability", "done"],
          "concurrency", {"max_concurrency": 1, "max_batch_size": 512}, True, False, "concurrency_unmet"),
     Case("a_concurrency_knob_the_probe_cannot_set_ends_with_what_to_restart",
          [symptom("concurrent"), target(want_ctx=2048, want_parallel=4), DEV],
@@ -325,3 +329,60 @@ def test_branch(case: Case):
 def test_there_is_a_case_per_branch():
     assert len(CASES) >= 25
     assert len({c.name for c in CASES}) == len(CASES)
+
+
+# --- verified means measured -------------------------------------------------
+
+def _final(first, script):
+    _, trace, steps = drive(first, script)
+    return trace, steps[-1]
+
+
+def test_a_retest_whose_memory_failed_to_read_never_verifies_the_config():
+    trace, final = _final([symptom("load"), target(want_ctx=2048), DEV],
+                          Script(baseline=[[load()]], context=[FIT_TO_2K],
+                                 stability=[unmeasured_retest("3 of 40 memory readings failed")]))
+    assert trace == ["probe:baseline", "probe:context", "probe:stability", "done"]
+    assert final["verified"] is False
+    assert final["config"]["max_context_len"] == 2048
+    assert "3 of 40 memory readings failed" in final["unverified"]
+
+
+def test_figures_a_remote_server_reports_are_used_but_never_verify():
+    reported = dict(passed(), measured=False, unmeasured="reported by the server (/api/ps), not measured")
+    trace, final = _final([symptom("load"), target(want_ctx=2048), DEV],
+                          Script(baseline=[[load(measured=False, unmeasured="reported by the server")]],
+                                 context=[[dict(t, measured=False, unmeasured="reported") for t in FIT_TO_2K]],
+                                 stability=[reported]))
+    assert trace == ["probe:baseline", "probe:context", "probe:stability", "done"]
+    assert final["fits"] is True and final["verified"] is False
+    assert "reported by the server" in final["unverified"]
+
+
+def test_a_measured_pass_verifies_and_says_no_reason():
+    _, final = _final([symptom("load"), target(want_ctx=2048), DEV],
+                      Script(baseline=[[load()]], context=[FIT_TO_2K], stability=[passed()]))
+    assert final["verified"] is True and final["unverified"] is None and final["unmet"] == []
+
+
+def test_a_wished_concurrency_that_was_reduced_is_reported_unmet():
+    _, final = _final([symptom("concurrent"), target(want_ctx=2048, want_parallel=4), DEV],
+                      Script(answers={"keep_concurrency": False}, baseline=[[load()]], context=[FIT_TO_2K],
+                             backend=[[knob("num_parallel", 4, OVER)], [knob("kv_cache_type", "q8_0", OVER)],
+                                      [knob("kv_cache_type", "q4_0", OVER)], [knob("num_batch", 256, OVER)],
+                                      [knob("num_batch", 128, OVER)], [knob("num_parallel", 2, 19 * GiB)]],
+                             stability=[passed()]))
+    assert final["config"]["max_concurrency"] == 2
+    assert final["unmet"] == ["max_concurrency"] and final["advice"] == "concurrency_reduced"
+
+
+def test_a_retest_that_regresses_against_the_previous_one_does_not_verify():
+    weights = [load(ok=False, used=None, error="CUDA error: out of memory")]
+    shorter = dict(passed(), eval_count=20)  # the second retest generates far less than the first
+    trace, final = _final([symptom("load"), target(want_ctx=4096), DEV],
+                          Script(baseline=[weights], quant=[[trial(Q4, "Q4_K_M", peak=7 * GiB)]],
+                                 context=[[tier("short", 2048, 7 * GiB), tier("medium", 4096, 8 * GiB)]],
+                                 stability=[passed(), shorter]))
+    assert trace[-3:] == ["probe:context", "probe:stability", "done"]
+    assert final["config"]["max_context_len"] == 4096
+    assert final["verified"] is False

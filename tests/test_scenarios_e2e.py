@@ -37,15 +37,20 @@ STAGE_ORDER = ("context", "quant", "backend")
 # scenario -> what docs/scenarios.md promises
 EXPECT = {
     "weights": {"cause": "weights", "exit": (0,), "stages": {"quant"}, "quant_type": "Q4_K_M",
-                "model": "neohorse-1:q4_K_M", "ctx": (8192, 8192)},
+                "model": "neohorse-1:q4_K_M", "ctx": (8192, 8192), "advice": None},
     "kv_cache": {"cause": "kv_cache", "exit": (0,), "stages": {"context"}, "no_stages": {"quant"},
-                 "quant_type": "Q4_K_M", "ctx": (8192, 11520)},
+                 "quant_type": "Q4_K_M", "ctx": (8192, 11520), "advice": None},
     "kv_cache_keep_context": {"cause": "kv_cache", "exit": (0,), "stages": {"quant"}, "no_stages": {"context"},
-                              "quant_type": "Q3_K_M", "model": "neohorse-1:q3_K_M", "ctx": (32768, 32768)},
+                              "quant_type": "Q3_K_M", "model": "neohorse-1:q3_K_M", "ctx": (32768, 32768),
+                              "advice": None},
+    # a quantized KV cache keeps all 4 wished slots on the GPU: nothing is given up
     "concurrency": {"cause": "concurrency", "exit": (0,), "stages": {"backend"}, "no_stages": {"context"},
-                    "quant_type": "Q4_K_M", "ctx": (4096, 4096), "concurrency": 2},
-    "not_released": {"cause": "not_released", "exit": (0, 1), "quant_type": "Q4_K_M", "ctx": (4096, 4096)},
-    "not_memory": {"cause": "not_memory", "exit": (0,), "quant_type": "Q4_K_M", "ctx": (8192, 8192)},
+                    "quant_type": "Q4_K_M", "ctx": (4096, 4096), "concurrency": 4, "kv_cache": "q4_0",
+                    "advice": None},
+    "not_released": {"cause": "not_released", "exit": (0, 1), "quant_type": "Q4_K_M", "ctx": (4096, 4096),
+                     "advice": "not_released"},
+    "not_memory": {"cause": "not_memory", "exit": (0,), "quant_type": "Q4_K_M", "ctx": (8192, 8192),
+                   "advice": "truncation"},
 }
 
 
@@ -108,6 +113,7 @@ def test_diagnose_finds_the_cause_in_order_and_a_config_that_fits(name, tmp_path
     rc, report, stderr = diagnose(name, tmp_path)
 
     assert report["diagnosis"]["cause"] == expect["cause"], stderr[-2000:]
+    assert report["diagnosis"].get("advice_key") == expect["advice"], report["diagnosis"]
     assert rc in expect["exit"], f"exit {rc}: {stderr[-2000:]}"
     assert report["verified"] is (rc == 0)
 
@@ -128,5 +134,8 @@ def test_diagnose_finds_the_cause_in_order_and_a_config_that_fits(name, tmp_path
     assert low <= int(config["max_context_len"]) <= high
     if "concurrency" in expect:
         assert int(config["max_concurrency"]) == expect["concurrency"]
+        assert report["unmet"] == [], report["unmet"]
+    if "kv_cache" in expect:
+        assert config["kv_cache"] == expect["kv_cache"]
     ok, why = fits(name, config, answers.get("budget"))
     assert ok, f"final config does not fit: {why}"
