@@ -10,15 +10,16 @@ a second Ctrl-C quits. Every line printed comes from the i18n catalog.
 from __future__ import annotations
 
 import threading
+import re
 from typing import Any, Callable, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
-from rich.table import Table
 from rich.text import Text
 
+from assistant import render
 from assistant.answers import parse_answer, parse_yes_no
 from assistant.i18n import catalog, get_lang, set_lang, t
 from probes.base import Cancelled, ProbeResult
@@ -98,6 +99,14 @@ MSG = catalog({
 SPARK = "▁▂▃▄▅▆▇█"
 
 
+def _same_words(reason: str, question: str) -> bool:
+    """Whether the rule's reason only repeats the question (then it is not shown)."""
+    def squash(x: str) -> str:
+        return re.sub(r"[\W_]+", "", x.lower())
+    r, q = squash(reason), squash(question)
+    return not r or r in q or q in r
+
+
 class QuitSession(Exception):
     """The user typed /quit or pressed Ctrl-C twice."""
 
@@ -136,12 +145,21 @@ class AutoUI:
         if self.quiet:
             return
         if event == "probe_result":
-            result: ProbeResult = data["result"]
-            self.console.print(result)
-            for note in result.notes:
-                self.console.print(f"  • {note}", highlight=False, markup=False)
+            show_probe(self.console, data["result"], getattr(self, "session", None))
         elif event == "done":
             show_done(self.console, data["result"])
+
+
+def show_probe(console: Console, result: ProbeResult, session=None) -> None:
+    """The probe's result in the session's language, then the server's state in one line."""
+    console.print(render.probe_result(result, console.width))
+    api = getattr(getattr(getattr(session, "world", None), "env", None), "api", None)
+    if api is not None:
+        try:
+            line = render.ps_line(api.ps())
+        except Exception as exc:  # noqa: BLE001 - a summary line; the session goes on
+            line = t("ps.failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        console.print(Text(line, style="dim"))
 
 
 def show_done(console: Console, result: dict) -> None:
@@ -235,7 +253,7 @@ class ChatUI:
         previous = list(self.history)
         while True:
             self.say(text)
-            if reason:
+            if reason and not _same_words(reason, text):
                 self.console.print(Text(t("ui.reason", reason=reason), style="dim"))
             line = self.read(text)
             if line.strip() == "/skip":
@@ -360,10 +378,7 @@ class ChatUI:
 
     def show(self, event: str, **data) -> None:
         if event == "probe_result":
-            result: ProbeResult = data["result"]
-            self.console.print(result)
-            for note in result.notes:
-                self.console.print(f"  • {note}", highlight=False, markup=False)
+            show_probe(self.console, data["result"], getattr(self, "session", None))
         elif event == "done":
             show_done(self.console, data["result"])
 
@@ -378,18 +393,9 @@ class ChatUI:
         if not chain:
             self.console.print(t("ui.why.empty"))
             return
-        table = Table(title=t("ui.why.title"), title_justify="left", show_lines=False)
-        table.add_column("#")
-        table.add_column("rule")
-        table.add_column("next")
-        table.add_column("why")
-        zh = get_lang() == "zh"
-        for entry in chain:
-            nxt = entry.get("next") or {}
-            what = nxt.get("probe") or nxt.get("question") or nxt.get("knob") or nxt.get("cause") or ""
-            table.add_row(str(entry.get("n")), str(entry.get("rule")), f"{nxt.get('action')} {what}",
-                          str(entry.get("reason_zh") if zh else entry.get("reason")))
-        self.console.print(table)
+        self.console.print(Text(t("ui.why.title"), style="bold"))
+        for line in render.why_lines(chain, get_lang()):
+            self.console.print(Text(line))
 
     def show_status(self) -> None:
         s = self.session
