@@ -28,6 +28,15 @@ MSG = catalog({
     "chat.ctx": {"en": ", context {v}", "zh": "，上下文 {v}"},
     "chat.par": {"en": ", {v} at once", "zh": "，并发 {v}"},
     "chat.budget": {"en": ", memory {v}", "zh": "，显存 {v}"},
+    "chat.ctx_est": {"en": ", context about {v} tokens (estimated from the length)",
+                     "zh": "，上下文约 {v} 个 token（按长度估计）"},
+    "chat.share": {"en": ", memory {v} of the device", "zh": "，显存的 {v}"},
+    "chat.llm_failed": {"en": "The helper model {model} did not read the message ({error}); using the parser's reading.",
+                        "zh": "辅助模型 {model} 没有读取这条消息（{error}）；使用解析器的读法。"},
+    "chat.llm_used": {"en": "The helper model {model} read the message too; its reading was used for: {fields}.",
+                      "zh": "辅助模型 {model} 也读了这条消息；采用了它的读法：{fields}。"},
+    "chat.llm_unload_failed": {"en": "Could not unload the helper model {model} before measuring ({error}).",
+                               "zh": "测量前无法卸载辅助模型 {model}（{error}）。"},
     "chat.error": {"en": ", error “{v}”", "zh": "，报错“{v}”"},
     "chat.phase.load": {"en": "fails at load", "zh": "加载时失败"},
     "chat.phase.long_input": {"en": "fails with long input", "zh": "长输入时失败"},
@@ -48,7 +57,9 @@ def add_parser(sub) -> None:
     p.add_argument("--lang", choices=("en", "zh"), help="answer in this language (default: the first message's)")
     p.add_argument("--out", default="oomvet-out", help="folder for the config and report (default oomvet-out)")
     p.add_argument("--settle", type=float, default=None, help="seconds to watch memory after load")
-    p.add_argument("--llm", metavar="MODEL", help="let a chat model on the same Ollama help read your messages")
+    p.add_argument("--llm", metavar="MODEL", help="let a chat model help read your first message "
+                   "(it is unloaded before anything is measured)")
+    p.add_argument("--llm-host", metavar="URL", help="Ollama server for --llm (default: the one diagnosed)")
     p.set_defaults(run=run)
 
 
@@ -62,13 +73,16 @@ def run(args, console: Console | None = None, stream=None) -> int:
         first = ui.read("")
         intake = parse_intake(first)
         if args.llm:
-            intake = _with_llm(intake, first, args)
+            intake = _with_llm(intake, first, args, console)
         lang = set_lang(args.lang or intake.lang)
-        ui.say(_heard(intake))
         if not args.budget and intake.budget:
             args.budget = str(intake.budget)
-        model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
+        elif not args.budget and intake.budget_share:
+            args.budget = f"{intake.budget_share * 100:g}%"  # resolved against the device by the world
         with open_world(args, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
+            intake = _with_server_names(intake, first, world, ui)
+            ui.say(_heard(intake))
+            model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
             settle = args.settle if args.settle is not None else (5.0 if world.kind != "ollama" else 30.0)
             session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle)
             session.transcript.add_user(first)
@@ -86,7 +100,26 @@ def _heard(intake) -> str:
     parts = {"model": intake.model, "ctx": intake.want_ctx, "par": intake.want_parallel,
              "budget": _size(intake.budget), "error": intake.error}
     extra = {k: (t(f"chat.{k}", v=v) if v else "") for k, v in parts.items()}
+    if intake.want_ctx and intake.ctx_estimated:
+        extra["ctx"] = t("chat.ctx_est", v=intake.want_ctx)
+    if intake.budget is None and intake.budget_share:
+        extra["budget"] = t("chat.share", v=f"{intake.budget_share * 100:g}%")
     return t("chat.heard", phase=t(f"chat.phase.{intake.phase}"), **extra)
+
+
+def _with_server_names(intake, first: str, world, ui):
+    """Read the first message again with the server's model list, so a name the
+    parser could only guess ("my finetune", a plain word) is matched to a tag."""
+    if intake.model is not None and "model" not in intake.weak:
+        return intake
+    tags = ui.tags(world)
+    if not tags:
+        return intake
+    again = parse_intake(first, tags=tags)
+    if again.model and again.model != intake.model and "model" not in again.weak:
+        from dataclasses import replace
+        return replace(intake, model=again.model, weak=tuple(w for w in intake.weak if w != "model"))
+    return intake
 
 
 def _size(n):
@@ -94,10 +127,24 @@ def _size(n):
     return fmt_size(n) if n else None
 
 
-def _with_llm(intake, text, args):
-    try:
-        from assistant.intake_llm import combine, llm_intake
-        from assistant.world import host_from
-    except ImportError:
-        return intake
-    return combine(intake, llm_intake(text, args.llm, host_from(args)))
+def _with_llm(intake, text, args, console):
+    """The helper model's reading combined with the parser's, said in one line;
+    then the helper is unloaded from the server about to be measured."""
+    from assistant.cmd_intake import with_llm
+    from assistant.world import host_from
+
+    host = args.llm_host or host_from(args)
+    combined, report = with_llm(intake, text, args.llm, host)
+    if report["error"]:
+        console.print(t("chat.llm_failed", model=args.llm, error=report["error"]), highlight=False, markup=False)
+    elif report["filled"]:
+        console.print(t("chat.llm_used", model=args.llm, fields=", ".join(report["filled"])),
+                      highlight=False, markup=False)
+    if report["answered"] and not args.llm_host:
+        from probes.ollama_api import Ollama
+        try:
+            Ollama(host, timeout_s=30).unload(args.llm)  # waits until /api/ps no longer lists it
+        except Exception as exc:  # noqa: BLE001 - said, and the session goes on
+            console.print(t("chat.llm_unload_failed", model=args.llm, error=str(exc).splitlines()[0] if str(exc) else
+                            type(exc).__name__), highlight=False, markup=False)
+    return combined

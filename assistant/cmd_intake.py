@@ -4,8 +4,9 @@ A window onto :mod:`assistant.intake` for users and scripts: ``--json``
 prints exactly one JSON object (``{"facts": [...], "lang": ..., ...}``) on
 stdout; without it, a short summary in the message's language (or
 ``--lang``). ``--llm MODEL`` adds a chat model's reading where the parser
-found nothing; if that model cannot be reached the parser's facts stand and
-the command still succeeds. Empty text is fine: phase ``unknown``, exit 0.
+found nothing or read from weak evidence, and ``--json`` says which reading
+won each field; if that model cannot be reached, one line says why, the
+parser's facts stand and the command still succeeds. Empty text is fine: phase ``unknown``, exit 0.
 """
 from __future__ import annotations
 
@@ -38,16 +39,16 @@ MSG = catalog({
     "cmd_intake.keep_no": {"en": "yes", "zh": "可以"},
     "cmd_intake.unset": {"en": "not said", "zh": "未提及"},
     "cmd_intake.llm_used": {
-        "en": "Chat model {model} also read the message; it filled: {fields}",
-        "zh": "聊天模型 {model} 也读了这条消息，补充了：{fields}",
+        "en": "Chat model {model} also read the message; its reading was used for: {fields}",
+        "zh": "聊天模型 {model} 也读了这条消息，采用了它的读法：{fields}",
     },
     "cmd_intake.llm_nothing": {
         "en": "Chat model {model} also read the message; it added nothing",
         "zh": "聊天模型 {model} 也读了这条消息，没有补充内容",
     },
     "cmd_intake.llm_failed": {
-        "en": "Chat model {model} did not answer at {host}; these are the parser's facts alone",
-        "zh": "聊天模型 {model} 在 {host} 没有应答；以下仅为解析器读出的事实",
+        "en": "Chat model {model} did not answer at {host} ({error}); these are the parser's facts alone",
+        "zh": "聊天模型 {model} 在 {host} 没有应答（{error}）；以下仅为解析器读出的事实",
     },
     "cmd_intake.stdin_failed": {
         "en": "cannot read the message from standard input",
@@ -65,9 +66,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--lang", choices=LANGS, default=None, help="language of the answer (default: the message's)")
     p.add_argument("--llm", metavar="MODEL", default=None,
                    help="also ask this chat model on the Ollama server (needs langchain-ollama); "
-                        "the parser's facts win")
+                        "it may override what the parser read from weak evidence")
     p.add_argument("--host", metavar="URL", default=None,
                    help=f"Ollama server for --llm (default: $OLLAMA_HOST or {_DEFAULT_HOST})")
+    p.add_argument("--llm-host", metavar="URL", default=None, help="Ollama server for --llm (overrides --host)")
     p.set_defaults(run=run)
 
 
@@ -91,7 +93,7 @@ def run(args) -> int:
     intake = parse(text)
     llm_report = None
     if args.llm:
-        intake, llm_report = _with_llm(intake, text, args.llm, args.host or default_host())
+        intake, llm_report = with_llm(intake, text, args.llm, args.llm_host or args.host or default_host())
     lang = args.lang or (intake.lang if has_words(text) else get_lang())
     if args.lang:
         intake = replace(intake, lang=args.lang)
@@ -108,14 +110,15 @@ def run(args) -> int:
     return EXIT_OK
 
 
-def _with_llm(intake: Intake, text: str, model: str, host: str) -> tuple[Intake, dict]:
+def with_llm(intake: Intake, text: str, model: str, host: str) -> tuple[Intake, dict]:
+    """The parser's reading combined with a chat model's, and a report of it:
+    ``{"model", "host", "answered", "error", "won": {field: "llm" | "parser"}, "filled": [fields the llm set]}``."""
     from assistant.intake_llm import combine, llm_intake  # langchain only when asked for
 
-    answer = llm_intake(text, model, host)
-    combined = combine(intake, answer)
-    filled = [name for name in ("phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error", "keep_context")
-              if getattr(combined, name) != getattr(intake, name)]
-    return combined, {"model": model, "host": host, "answered": answer is not None, "filled": filled}
+    reading = llm_intake(text, model, host)
+    combined, won = combine(intake, reading)
+    return combined, {"model": model, "host": host, "answered": reading.intake is not None, "error": reading.error,
+                      "won": won, "filled": [name for name, who in won.items() if who == "llm"]}
 
 
 def summary_rows(intake: Intake, lang: str) -> list[tuple[str, str]]:
@@ -152,7 +155,8 @@ def _print_summary(intake: Intake, lang: str, llm_report: dict | None) -> None:
     console.print(table)
     if llm_report is not None:
         if not llm_report["answered"]:
-            line = t("cmd_intake.llm_failed", lang, model=llm_report["model"], host=llm_report["host"])
+            line = t("cmd_intake.llm_failed", lang, model=llm_report["model"], host=llm_report["host"],
+                     error=llm_report["error"])
         elif llm_report["filled"]:
             line = t("cmd_intake.llm_used", lang, model=llm_report["model"], fields=", ".join(llm_report["filled"]))
         else:

@@ -1,18 +1,22 @@
 """Optional help from a chat model for intake, and the chat transcript.
 
-The deterministic parser in :mod:`assistant.intake` always runs and always
-has the last word. When a user asks for it (``--llm MODEL``), a chat model --
-by default a small model on the same Ollama, through langchain-ollama -- reads
-the same message into the same fields with structured output, and may only
-fill what the parser left empty (:func:`combine`). Any failure of that helper
-(no langchain-ollama, no server, a model that answers nonsense) is silent: the
-parser's reading stands. The conversation itself is kept as langchain-core
-messages in a :class:`Transcript`, which the report writer stores as JSON.
+The deterministic parser in :mod:`assistant.intake` always runs. When a user
+asks for it (``--llm MODEL``), a chat model -- through langchain-ollama, on
+``--llm-host`` or the same Ollama -- reads the same message into the same
+fields with structured output. :func:`combine` lets it fill what the parser
+left empty and override what the parser read from weak evidence (a guessed
+name, an estimated length, a phase from "what" alone), and says which reading
+won each field. A failure of the helper (langchain-ollama missing, no server, a
+model that answers nonsense) is reported in one line (:class:`LlmReading`)
+and the parser's reading stands. The helper model is asked with
+``keep_alive=0`` so it does not stay resident on the server being measured.
+The conversation itself is kept as langchain-core messages in a
+:class:`Transcript`, which the report writer stores as JSON.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -22,7 +26,7 @@ from assistant.i18n import get_lang
 from assistant.intake import INTAKE_FIELDS, Intake, detect_lang, has_words, merge, normalise_model, parse
 from rules.facts import PHASES
 
-__all__ = ["IntakeFields", "llm_intake", "combine", "Transcript"]
+__all__ = ["IntakeFields", "LlmReading", "llm_intake", "combine", "Transcript"]
 
 GiB = 1 << 30
 DEFAULT_TIMEOUT_S = 60.0
@@ -60,25 +64,42 @@ _JSON_ONLY = "Answer with one JSON object with exactly these keys and nothing el
 )
 
 
+@dataclass(frozen=True)
+class LlmReading:
+    """What the helper model read (``intake``), or why it read nothing (``error``, one line)."""
+
+    model: str
+    host: str
+    intake: Intake | None = None
+    error: str | None = None
+
+
 def llm_intake(text: str, model: str, host: str, *, chat_model: Any = None,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> Intake | None:
-    """Ask a chat model to read ``text``; None on any failure.
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> LlmReading:
+    """Ask a chat model to read ``text``; a failure is an ``error`` line, never raised.
 
     ``chat_model`` is any langchain-core chat model (tests pass a fake); without
-    it, ``langchain_ollama.ChatOllama(model=model, base_url=host, temperature=0)``
-    is built, imported only here so the package works without it.
+    it, ``langchain_ollama.ChatOllama(model=model, base_url=host, temperature=0,
+    keep_alive=0)`` is built, imported only here so the package works without it.
     """
     try:
         chat = chat_model if chat_model is not None else _ollama_chat(model, host, timeout_s)
-        return _to_intake(_ask(chat, text), text, model)
-    except Exception:  # noqa: BLE001 - optional help: the parser's reading stands
-        return None
+    except ImportError as exc:
+        return LlmReading(model, host, error=f"langchain-ollama is not installed ({exc.name or exc}); "
+                                             "pip install 'oomvet[llm]'")
+    try:
+        return LlmReading(model, host, intake=_to_intake(_ask(chat, text), text, model))
+    except Exception as exc:  # noqa: BLE001 - optional help: reported, and the parser's reading stands
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return LlmReading(model, host, error=f"{type(exc).__name__}: {first}"[:300])
 
 
 def _ollama_chat(model: str, host: str, timeout_s: float):
     from langchain_ollama import ChatOllama  # optional dependency (extra "llm")
 
-    return ChatOllama(model=model, base_url=host, temperature=0, client_kwargs={"timeout": timeout_s})
+    # keep_alive=0: the helper leaves the server as soon as it has answered, so
+    # it is not counted against the limit nor reloaded after every probe
+    return ChatOllama(model=model, base_url=host, temperature=0, keep_alive=0, client_kwargs={"timeout": timeout_s})
 
 
 def _ask(chat, text: str) -> IntakeFields:
@@ -138,21 +159,37 @@ def _to_intake(fields: IntakeFields, text: str, model: str) -> Intake:
     )
 
 
-def combine(parser: Intake, llm: Intake | None) -> Intake:
-    """The parser's reading, with gaps filled from the chat model's.
+def combine(parser: Intake, llm: Intake | LlmReading | None) -> tuple[Intake, dict[str, str]]:
+    """The combined reading, and which reading won each field where they differ
+    (``{"model": "llm", "phase": "parser", ...}``).
 
-    Every field the parser set wins; the model fills only what the parser left
-    None, and sets the phase only when the parser found none. Language and
-    text are always the parser's.
+    The model's value is taken where the parser read nothing, and where the
+    parser's evidence was weak (``parser.weak``); a field the parser read from
+    strong evidence (a quoted ``name:tag``, a context in tokens, a stated
+    "when") keeps the parser's value. Language and text are always the parser's.
     """
+    if isinstance(llm, LlmReading):
+        llm = llm.intake
     if llm is None:
-        return parser
-    fill = {name: getattr(llm, name) for name in INTAKE_FIELDS
-            if getattr(parser, name) is None and getattr(llm, name) is not None}
-    if parser.phase == "unknown" and llm.phase != "unknown":
-        fill["phase"] = llm.phase
+        return parser, {}
+    fill, won = {}, {}
+    for name in (*INTAKE_FIELDS, "phase"):
+        mine, theirs = getattr(parser, name), getattr(llm, name)
+        empty = mine is None or name == "phase" and mine == "unknown"
+        if theirs is None or name == "phase" and theirs == "unknown" or theirs == mine:
+            continue
+        if empty or name in parser.weak:
+            fill[name] = theirs
+            won[name] = "llm"
+        else:
+            won[name] = "parser"
+    if "phase" in fill:
         fill["phase_cue"] = llm.phase_cue
-    return replace(parser, **fill)
+    if "want_ctx" in fill:
+        fill["ctx_estimated"] = False
+    if "budget" in fill:
+        fill["budget_share"] = None
+    return replace(parser, **fill), won
 
 
 _ROLES = {"human": "user", "ai": "assistant", "system": "system"}

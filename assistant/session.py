@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from assistant import __version__
+from assistant.answers import answer_facts
 from assistant.errors import EXIT_NO_FIT, EXIT_OK
 from assistant import ui as _ui  # noqa: F401  (registers the diagnosis sentences)
 from assistant.i18n import catalog, t
@@ -113,10 +114,13 @@ class Session:
             if action == "ask":
                 reason = step.get("reason_zh") if self.lang == "zh" else step.get("reason")
                 value = self.ui.ask(step["question"], reason or step.get("reason") or "")
+                # one answer parser: the rules get parsed values, plus what the same words also said
+                answers = answer_facts(step["question"], value, device_total=self.world.device_fact().get("total"))
+                value = answers[0]["value"]
                 if step["question"] == "model" and value:
                     self.model = str(value)
                 self._record(step, summary=t("session.asked", self.lang, question=step["question"], value=value))
-                step = advisor.post({"kind": "answer", "question": step["question"], "value": value})
+                step = advisor.post_many(answers)
             elif action == "probe":
                 step = self._probe(advisor, step)
             elif action == "change":

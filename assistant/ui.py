@@ -9,20 +9,21 @@ a second Ctrl-C quits. Every line printed comes from the i18n catalog.
 """
 from __future__ import annotations
 
-import re
 import threading
+import re
 from typing import Any, Callable, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
-from rich.table import Table
 from rich.text import Text
 
+from assistant import render
+from assistant.answers import parse_answer, parse_yes_no
 from assistant.i18n import catalog, get_lang, set_lang, t
 from probes.base import Cancelled, ProbeResult
-from probes.units import SizeError, fmt_size, parse_size
+from probes.units import fmt_size
 
 MSG = catalog({
     "ui.q.symptom": {"en": "What happens? Tell me when it runs out of memory (at load, with long input, "
@@ -42,9 +43,6 @@ MSG = catalog({
     "ui.reason": {"en": "why I ask: {reason}", "zh": "原因：{reason}"},
     "ui.bad_answer": {"en": "I could not read that as {what}; try again or press Enter to skip.",
                       "zh": "无法把这个回答理解为{what}；请重试，或直接回车跳过。"},
-    "ui.what.number": {"en": "a number", "zh": "数字"},
-    "ui.what.size": {"en": "a size like 8GiB or 80%", "zh": "像 8GiB 或 80% 这样的大小"},
-    "ui.what.yesno": {"en": "yes or no", "zh": "是或否"},
     "ui.consent.probe": {"en": "Next I will run the {probe} probe on {model}: {what}. Go ahead? [Y/n]",
                          "zh": "下一步我将对 {model} 运行 {probe} 探测：{what}。开始吗？[Y/n]"},
     "ui.consent.change": {"en": "I suggest one change: {knob} {old} → {new}. Retest stability with it? [Y/n]",
@@ -94,11 +92,19 @@ MSG = catalog({
                         "zh": "在内存上限内没有可用的配置；以上是目前最好的发现。"},
     "ui.advice": {"en": "What to do: {advice}", "zh": "建议：{advice}"},
     "ui.prompt": {"en": "you", "zh": "你"},
+    "ui.tags_failed": {"en": "(could not list the server's models: {error}; type the full name:tag)",
+                       "zh": "（无法列出服务器上的模型：{error}；请输入完整的 名称:标签）"},
 })
 
-YES = {"y", "yes", "true", "1", "ok", "sure", "是", "是的", "好", "好的", "要", "对", "可以", "必须", "行"}
-NO = {"n", "no", "false", "0", "否", "不", "不要", "不是", "不用", "不行", "可以减少", "不必"}
 SPARK = "▁▂▃▄▅▆▇█"
+
+
+def _same_words(reason: str, question: str) -> bool:
+    """Whether the rule's reason only repeats the question (then it is not shown)."""
+    def squash(x: str) -> str:
+        return re.sub(r"[\W_]+", "", x.lower())
+    r, q = squash(reason), squash(question)
+    return not r or r in q or q in r
 
 
 class QuitSession(Exception):
@@ -114,34 +120,6 @@ def sparkline(values: list[int], width: int = 40) -> str:
     return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in values)
 
 
-def parse_answer(question: str, text: str) -> Any:
-    """A typed value for ``question`` from what the user typed; raises ValueError."""
-    text = (text or "").strip()
-    if not text:
-        return None
-    if question in ("want_ctx", "want_parallel"):
-        m = re.search(r"(\d+(?:\.\d+)?)\s*([kK])?", text)
-        if not m:
-            raise ValueError(t("ui.what.number"))
-        value = float(m.group(1)) * (1024 if m.group(2) else 1)
-        return int(value)
-    if question == "budget":
-        if text.endswith("%"):
-            return text
-        try:
-            return parse_size(text)
-        except SizeError:
-            raise ValueError(t("ui.what.size")) from None
-    if question == "keep_context":
-        low = text.lower().strip(" .!。！")
-        if low in YES:
-            return True
-        if low in NO:
-            return False
-        raise ValueError(t("ui.what.yesno"))
-    return text
-
-
 class AutoUI:
     """Unattended: answers from the answers file, consent always, progress on stderr."""
 
@@ -151,10 +129,8 @@ class AutoUI:
         self.quiet = quiet
 
     def ask(self, question: str, reason: str) -> Any:
-        value = self.answers.get(question)
-        if question == "budget" and isinstance(value, str) and not value.endswith("%"):
-            value = parse_size(value)
-        return value
+        # the file was checked on loading; the session reads it like a typed answer
+        return self.answers.get(question)
 
     def consent(self, step: dict) -> bool:
         return True
@@ -169,12 +145,21 @@ class AutoUI:
         if self.quiet:
             return
         if event == "probe_result":
-            result: ProbeResult = data["result"]
-            self.console.print(result)
-            for note in result.notes:
-                self.console.print(f"  • {note}", highlight=False, markup=False)
+            show_probe(self.console, data["result"], getattr(self, "session", None))
         elif event == "done":
             show_done(self.console, data["result"])
+
+
+def show_probe(console: Console, result: ProbeResult, session=None) -> None:
+    """The probe's result in the session's language, then the server's state in one line."""
+    console.print(render.probe_result(result, console.width))
+    api = getattr(getattr(getattr(session, "world", None), "env", None), "api", None)
+    if api is not None:
+        try:
+            line = render.ps_line(api.ps())
+        except Exception as exc:  # noqa: BLE001 - a summary line; the session goes on
+            line = t("ps.failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        console.print(Text(line, style="dim"))
 
 
 def show_done(console: Console, result: dict) -> None:
@@ -204,6 +189,7 @@ class ChatUI:
         self.session = None
         self.advisor = None
         self.history: list[tuple[str, Any]] = []
+        self._tags: list[str] | None = None
         if lang:
             set_lang(lang)
 
@@ -267,7 +253,7 @@ class ChatUI:
         previous = list(self.history)
         while True:
             self.say(text)
-            if reason:
+            if reason and not _same_words(reason, text):
                 self.console.print(Text(t("ui.reason", reason=reason), style="dim"))
             line = self.read(text)
             if line.strip() == "/skip":
@@ -278,12 +264,28 @@ class ChatUI:
                 self.go_back(previous)
                 continue
             try:
-                value = parse_answer(question, line)
+                value = parse_answer(question, line, tags=self.tags())
             except ValueError as exc:
                 self.console.print(t("ui.bad_answer", what=str(exc)))
                 continue
             self.history.append((question, value))
             return value
+
+    def tags(self, world=None) -> list[str] | None:
+        """The models the server has, to read a model name from an answer; None
+        when there is no server (yet) or it cannot say."""
+        world = world or getattr(self.session, "world", None)
+        api = getattr(getattr(world, "env", None), "api", None)
+        if api is None:
+            return None
+        if self._tags is None:
+            try:
+                self._tags = list(api.tags())
+            except Exception as exc:  # noqa: BLE001 - a name typed in full is still read without the list
+                self._tags = []
+                self.console.print(Text(t("ui.tags_failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+                                        style="dim"))
+        return self._tags
 
     def go_back(self, previous: list) -> None:
         """Answer the previous question again; the rules take the newest answer."""
@@ -293,7 +295,9 @@ class ChatUI:
         question, _ = previous[-1]
         value = self.ask(question, "")
         if self.advisor is not None:
-            self.advisor.post({"kind": "answer", "question": question, "value": value})
+            from assistant.answers import answer_facts  # the same reading the session posts
+            total = self.session.world.device_fact().get("total") if self.session is not None else None
+            self.advisor.post_many(answer_facts(question, value, device_total=total))
 
     def consent(self, step: dict) -> bool:
         if self.auto:
@@ -309,9 +313,10 @@ class ChatUI:
             if line == "/back":
                 self.go_back(list(self.history))
                 continue
-            if line in ("", *YES):
+            said = parse_yes_no(line)
+            if line == "" or said is True:
                 return True
-            if line in NO or line == "/skip":
+            if said is False or line == "/skip":
                 self.console.print(t("ui.skipped"))
                 return False
 
@@ -373,10 +378,7 @@ class ChatUI:
 
     def show(self, event: str, **data) -> None:
         if event == "probe_result":
-            result: ProbeResult = data["result"]
-            self.console.print(result)
-            for note in result.notes:
-                self.console.print(f"  • {note}", highlight=False, markup=False)
+            show_probe(self.console, data["result"], getattr(self, "session", None))
         elif event == "done":
             show_done(self.console, data["result"])
 
@@ -391,18 +393,9 @@ class ChatUI:
         if not chain:
             self.console.print(t("ui.why.empty"))
             return
-        table = Table(title=t("ui.why.title"), title_justify="left", show_lines=False)
-        table.add_column("#")
-        table.add_column("rule")
-        table.add_column("next")
-        table.add_column("why")
-        zh = get_lang() == "zh"
-        for entry in chain:
-            nxt = entry.get("next") or {}
-            what = nxt.get("probe") or nxt.get("question") or nxt.get("knob") or nxt.get("cause") or ""
-            table.add_row(str(entry.get("n")), str(entry.get("rule")), f"{nxt.get('action')} {what}",
-                          str(entry.get("reason_zh") if zh else entry.get("reason")))
-        self.console.print(table)
+        self.console.print(Text(t("ui.why.title"), style="bold"))
+        for line in render.why_lines(chain, get_lang()):
+            self.console.print(Text(line))
 
     def show_status(self) -> None:
         s = self.session

@@ -38,8 +38,10 @@ PROBE_STAGE = {"baseline": "baseline", "context": "context", "quant": "quant", "
 
 _REMEDY_OF = {"max_context_len": "context", "quant_type": "quant", "model": "quant",
               "max_batch_size": "backend", "max_concurrency": "backend", "kv_cache": "backend"}
-_YES = {"y", "yes", "true", "1", "keep", "是", "要", "保持", "对"}
-_NO = {"n", "no", "false", "0", "不", "否", "不要", "可以"}
+# answers arrive parsed (assistant/answers.py reads the words, in both
+# languages); only the canonical spellings of a parsed yes/no are accepted here
+_YES = {"yes", "true"}
+_NO = {"no", "false"}
 
 
 # --- the state ----------------------------------------------------------------

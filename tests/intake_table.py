@@ -1,14 +1,25 @@
-"""Shared by the intake tables: every field of an Intake, expected or observed.
-A field a row does not name is expected to be None, so a value the parser
-invents fails the row."""
+"""Shared by the intake tables and the corpus score: every field of an Intake,
+expected or observed. A field a row does not name is expected to be None, so a
+value the parser invents fails the row. The corpus (tests/data/intake/) is
+scored field by field here, for the held-out test and for
+bench/intake_confusion.py."""
 from __future__ import annotations
 
+import re
 from functools import partial
+from pathlib import Path
+
+import yaml
 
 from assistant.intake import parse
+from probes.units import parse_size
 
 GiB = 1 << 30
 FIELDS = ("lang", "phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error", "keep_context")
+CORPUS = Path(__file__).parent / "data" / "intake"
+#: what the corpus labels, beyond the language (the messages' language is not labelled)
+CORPUS_FIELDS = ("when", "what", "phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error",
+                 "keep_context")
 
 
 def expect(lang: str, phase: str, **values) -> dict:
@@ -25,3 +36,69 @@ def expect_in(lang: str):
 def observed(text: str) -> dict:
     got = parse(text)
     return {name: getattr(got, name) for name in FIELDS}
+
+
+def load_corpus(part: str) -> list[dict]:
+    """``part`` is "dev" or "heldout"."""
+    return yaml.safe_load((CORPUS / f"{part}.yaml").read_text(encoding="utf-8"))
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", str(text)).strip().lower()
+
+
+def _budget_matches(label, got) -> bool:
+    if label is None:
+        return got.budget is None and got.budget_share is None
+    if isinstance(label, str) and label.endswith("%"):
+        return got.budget is None and got.budget_share is not None and abs(got.budget_share * 100 - float(label[:-1])) < 1e-6
+    return got.budget == parse_size(label) and got.budget_share is None
+
+
+def field_matches(name: str, label, got) -> bool:
+    """Whether the parser's reading ``got`` (an Intake) has the labelled value.
+    An error counts when one text holds the other (the user's quote may go on
+    after the part the label names, or the label may keep a tail the parser
+    cut at a stop word); every other field must be equal."""
+    if name == "budget":
+        return _budget_matches(label, got)
+    value = getattr(got, name)
+    if name == "error":
+        if label is None or value is None:
+            return label is None and value is None
+        a, b = _squash(label), _squash(value)
+        return a in b or b in a
+    return value == label
+
+
+def score(rows: list[dict], tags_of=lambda row: row.get("tags")) -> dict:
+    """Per field: (right, total, [misses]); a miss is (text, label, got)."""
+    out = {name: [0, 0, []] for name in CORPUS_FIELDS}
+    for row in rows:
+        got = parse(row["text"], tags=tags_of(row))
+        for name in CORPUS_FIELDS:
+            label = row.get(name)
+            if name == "when" or name == "what":
+                label = label or "unknown"
+            ok = field_matches(name, label, got)
+            if name == "want_ctx" and label is not None:
+                ok = got.want_ctx == label and bool(got.ctx_estimated) == bool(row.get("ctx_estimated"))
+            out[name][1] += 1
+            if ok:
+                out[name][0] += 1
+            else:
+                shown = got.budget_share if name == "budget" and got.budget_share is not None else getattr(got, name)
+                out[name][2].append((row["text"], label, shown))
+    return out
+
+
+def confusion(rows: list[dict], field: str = "phase") -> tuple[list[str], dict]:
+    """``(labels, {(expected, got): count})`` for one categorical field."""
+    table: dict = {}
+    seen = set()
+    for row in rows:
+        got = getattr(parse(row["text"], tags=row.get("tags")), field)
+        want = row.get(field) or "unknown"
+        table[(want, got)] = table.get((want, got), 0) + 1
+        seen.update((want, got))
+    return sorted(seen), table

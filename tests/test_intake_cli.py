@@ -97,7 +97,9 @@ def test_llm_without_a_server_keeps_the_parser_facts(capsys):
     host = f"http://127.0.0.1:{port}"
     assert main(["intake", ZH_MESSAGE, "--json", "--llm", "tiny", "--host", host]) == 0
     out = _json_out(capsys)
-    assert out["llm"] == {"model": "tiny", "host": host, "answered": False, "filled": []}
+    assert {k: out["llm"][k] for k in ("model", "host", "answered", "won", "filled")} == {
+        "model": "tiny", "host": host, "answered": False, "won": {}, "filled": []}
+    assert "Connect" in out["llm"]["error"]
     assert out["facts"][1]["model"] == "neohorse-1"
 
 

@@ -61,7 +61,7 @@ def test_structured_answer_becomes_an_intake_and_the_message_is_sent():
     chat = FakeStructuredChat().enqueue(
         IntakeFields(phase="slow", model="Qwen2.5:7B", want_ctx=8192, budget_gib=12, gpu="RTX 3060")
     )
-    got = llm_intake("我的 3060 跑得很慢", "tiny", "http://unused", chat_model=chat)
+    got = llm_intake("我的 3060 跑得很慢", "tiny", "http://unused", chat_model=chat).intake
     assert (got.phase, got.model, got.want_ctx, got.budget, got.gpu) == ("slow", "qwen2.5:7B", 8192, 12 * GiB, "RTX 3060")
     assert got.lang == "zh" and got.text == "我的 3060 跑得很慢"
     assert chat.history[0] == ("schema", IntakeFields)
@@ -73,20 +73,21 @@ def test_structured_answer_becomes_an_intake_and_the_message_is_sent():
 
 def test_a_dict_answer_is_accepted_too():
     chat = FakeStructuredChat().enqueue({"phase": "load", "keep_context": True})
-    got = llm_intake("won't load", "tiny", "http://unused", chat_model=chat)
+    got = llm_intake("won't load", "tiny", "http://unused", chat_model=chat).intake
     assert (got.phase, got.keep_context, got.model) == ("load", True, None)
 
 
-def test_model_failure_gives_none():
-    chat = FakeStructuredChat().enqueue(ConnectionError("refused"))
-    assert llm_intake("fails to load", "tiny", "http://unused", chat_model=chat) is None
+def test_model_failure_is_reported_in_one_line_and_reads_nothing():
+    chat = FakeStructuredChat().enqueue(ConnectionError("refused\nmore detail"))
+    reading = llm_intake("fails to load", "tiny", "http://unused", chat_model=chat)
+    assert reading.intake is None and reading.error == "ConnectionError: refused"
 
 
 def test_impossible_values_from_the_model_are_dropped():
     chat = FakeStructuredChat().enqueue(
         IntakeFields(phase="unknown", want_ctx=0, want_parallel=-2, budget_gib=-1.0, model="  ", error="null")
     )
-    got = llm_intake("hm", "tiny", "http://unused", chat_model=chat)
+    got = llm_intake("hm", "tiny", "http://unused", chat_model=chat).intake
     assert (got.want_ctx, got.want_parallel, got.budget, got.model, got.error) == (None, None, None, None, None)
 
 
@@ -96,50 +97,65 @@ def test_tool_calling_chat_model_goes_through_with_structured_output():
         "args": {"phase": "concurrent", "want_parallel": 4, "budget_gib": 24},
     }])
     chat = ToolCallingFake(messages=iter([reply]))
-    got = llm_intake("several users at once", "tiny", "http://unused", chat_model=chat)
+    got = llm_intake("several users at once", "tiny", "http://unused", chat_model=chat).intake
     assert (got.phase, got.want_parallel, got.budget) == ("concurrent", 4, 24 * GiB)
 
 
 def test_chat_model_without_structured_output_answers_in_json():
     reply = AIMessage(content='Sure:\n```json\n{"phase": "long_input", "want_ctx": 32768, "gpu": "RTX 4060"}\n```')
     chat = GenericFakeChatModel(messages=iter([reply]))
-    got = llm_intake("长文本就崩", "tiny", "http://unused", chat_model=chat)
+    got = llm_intake("长文本就崩", "tiny", "http://unused", chat_model=chat).intake
     assert (got.phase, got.want_ctx, got.gpu) == ("long_input", 32768, "RTX 4060")
 
 
 @pytest.mark.parametrize("content", ["I am not sure what you mean.", '{"phase": "exploded"}', "{not json"])
-def test_nonsense_from_the_model_gives_none(content):
+def test_nonsense_from_the_model_reads_nothing_and_says_why(content):
     chat = GenericFakeChatModel(messages=iter([AIMessage(content=content)]))
-    assert llm_intake("x", "tiny", "http://unused", chat_model=chat) is None
+    reading = llm_intake("x", "tiny", "http://unused", chat_model=chat)
+    assert reading.intake is None and reading.error and "\n" not in reading.error
 
 
 def test_no_server_gives_none_quickly():
     pytest.importorskip("langchain_ollama")
     host = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
-    assert llm_intake("fails to load", "tiny", host, timeout_s=5) is None
+    reading = llm_intake("fails to load", "tiny", host, timeout_s=5)
+    assert reading.intake is None and "Connect" in reading.error
 
 
 # --------------------------------------------------------------------------- combine
 
-def test_parser_values_win_and_the_model_fills_only_gaps():
+def test_strong_parser_values_win_and_the_model_fills_gaps_and_says_which_won():
     parser = parse("neohorse-1:q8_0 fails to load on my 8G card")
     llm = Intake(lang="en", phase="crash", model="other:1b", want_ctx=4096, budget=24 * GiB, gpu="RTX 4060",
                  error="boom", keep_context=True, phase_cue="llm tiny")
-    got = combine(parser, llm)
+    got, won = combine(parser, llm)
     assert (got.phase, got.model, got.budget) == ("load", "neohorse-1:q8_0", 8 * GiB)
     assert (got.want_ctx, got.gpu, got.error, got.keep_context) == (4096, "RTX 4060", "boom", True)
     assert got.text == parser.text and got.lang == parser.lang
+    assert won == {"phase": "parser", "model": "parser", "budget": "parser", "want_ctx": "llm", "gpu": "llm",
+                   "error": "llm", "keep_context": "llm"}
 
 
-def test_model_phase_is_used_only_when_the_parser_found_none():
+def test_the_model_overrides_what_the_parser_read_from_weak_evidence():
+    # a guessed name, a phase from "what" alone, a context estimated from a length
+    parser = parse("my-bot crashes on a 20k-word transcript")
+    assert {"model", "want_ctx"} <= set(parser.weak)
+    llm = Intake(phase="long_input", model="mybot:v2", want_ctx=32768, phase_cue="llm tiny")
+    got, won = combine(parser, llm)
+    assert (got.model, got.want_ctx, got.ctx_estimated) == ("mybot:v2", 32768, False)
+    assert won["model"] == won["want_ctx"] == "llm"
+
+
+def test_model_phase_is_used_only_where_the_parser_said_nothing_about_when():
     llm = Intake(phase="creeping", phase_cue="llm tiny")
-    assert combine(parse("qwen2.5:7b on a 4090"), llm).phase == "creeping"
-    assert combine(parse("long prompts crash"), llm).phase == "long_input"
+    assert combine(parse("qwen2.5:7b on a 4090"), llm)[0].phase == "creeping"
+    assert combine(parse("qwen2.5:7b crashes"), llm)[0].phase == "creeping"  # a crash, when unknown: weak
+    assert combine(parse("long prompts crash"), llm)[0].phase == "long_input"
 
 
 def test_combine_without_an_answer_is_the_parser_reading():
     parser = parse("一加载就爆显存")
-    assert combine(parser, None) is parser
+    assert combine(parser, None) == (parser, {})
 
 
 # --------------------------------------------------------------------------- transcript

@@ -19,10 +19,11 @@ import unicodedata
 from dataclasses import asdict, dataclass, replace
 
 from assistant.i18n import catalog, t
+from assistant.intake.phase import read_symptom
 from probes.units import SizeError, parse_size
 from rules.facts import PHASES, validate
 
-__all__ = ["Intake", "detect_lang", "parse", "merge", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
+__all__ = ["Intake", "detect_lang", "parse", "merge", "size_of", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class Intake:
     keep_context: bool | None = None  # True: the context must not shrink
     text: str = ""                    # the message(s) this came from
     phase_cue: str | None = None      # the words that decided the phase (for `why`)
+    when: str = "unknown"             # load | long_input | concurrent | over_time | unknown
+    what: str = "unknown"             # oom | crash | slow | hang | cut | unknown
+    budget_share: float | None = None  # "80% of the GPU": a share of the device, resolved by who knows its total
+    ctx_estimated: bool = False       # want_ctx came from a length in characters or words
+    weak: tuple[str, ...] = ()        # fields read from weak evidence (a guessed name, an estimate, a phase
+                                      # from "what" alone): a chat model's reading may override these
 
     def facts(self) -> list[dict]:
         """``[symptom, target]``, both valid under :func:`rules.facts.validate`."""
@@ -96,7 +103,7 @@ def phase_text(phase: str, lang: str | None = None) -> str:
 
 
 # the fields a message can speak to; merge() and intake_llm.combine() walk these
-INTAKE_FIELDS = ("model", "want_ctx", "want_parallel", "budget", "gpu", "error", "keep_context")
+INTAKE_FIELDS = ("model", "want_ctx", "want_parallel", "budget", "budget_share", "gpu", "error", "keep_context")
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -286,6 +293,7 @@ _NOT_MODEL_NAMES = {
     "status", "warning", "info", "debug", "note", "ctx", "num_ctx", "context", "vram",
     "gpu", "cpu", "ram", "model", "models", "ollama_host", "host", "localhost", "file",
     "device", "panic", "signal", "exit", "runner", "tokens", "see", "e.g", "eg", "ps", "log",
+    "nvidia-smi", "rocm-smi", "llama-server", "llama-cli", "open-webui", "keep_alive", "num_gpu", "x86-64",
 }
 _FAMILIES = (
     r"neohorse-\d+(?:\.\d+)?",
@@ -324,10 +332,70 @@ def normalise_model(name: str | None) -> str | None:
     return _tidy_model(n, tag or None)
 
 
-def _find_model(text: str) -> tuple[str | None, list[tuple[int, int]]]:
-    """First model the user names: an explicit ``name:tag``, then ``ollama run X``,
-    then a known family name (with a size such as ``7b`` joined as the tag)."""
+# a name people give their own models: "qwen-finetune-v2", "my-law-assistant",
+# "nomic-embed-text", a GGUF file name. Hyphenated words that are English
+# compounds ("out-of-memory", "multi-turn") are not names: a name has a digit or
+# a part that is not a common word.
+_TYPED = re.compile(r"(?<![\w./@:-])([a-z][a-z0-9_]*(?:[-.][a-z0-9_]+)*-[a-z0-9_.-]*[a-z0-9])(?:\.gguf)?(?![\w/@:-])", _I)
+_GGUF = re.compile(r"(?<![\w./@:-])([a-z][\w.-]*?)\.gguf\b", _I)
+_COMMON_PARTS = {
+    "out", "of", "memory", "multi", "turn", "load", "loading", "test", "real", "time", "open", "webui", "half", "way",
+    "non", "negotiable", "one", "two", "three", "word", "words", "built", "in", "long", "short", "term", "context",
+    "window", "token", "tokens", "core", "dumped", "pre", "re", "self", "hosted", "end", "to", "full", "size", "side",
+    "by", "well", "known", "server", "client", "high", "low", "page", "pages", "mid", "sentence", "up", "down",
+    "step", "user", "users", "api", "e", "g", "i", "ie", "eg", "so", "called", "follow", "follows", "on", "off",
+    "the", "a", "an", "and", "or", "not", "no", "yes", "fine", "tune", "tuned", "run", "runs", "start", "started",
+    "state", "art", "cut", "first", "second", "third", "top", "bottom", "left", "right", "back", "front", "set",
+    "day", "days", "hour", "hours", "minute", "minutes", "go", "gone", "at", "all", "over", "under", "after",
+    "box", "wide", "based", "free", "like", "kind", "sort", "able", "ish", "co", "worker", "workers", "llama", "cpp",
+    "ollama", "lm", "studio", "docker", "compose", "cuda", "rocm", "metal", "vulkan", "gpu", "cpu", "ram", "vram",
+    "rtx", "gtx", "x86", "amd64", "arm64", "sha256", "utf", "json", "http", "https", "www", "com", "org", "io",
+}
+_NAME_BEFORE = re.compile(
+    r"(?:\bmodel\s+(?:is|called|named)|模型(?:是|为|叫|用的是)?|导入的|自己的模型|my own model|custom model|fine-?tune)"
+    r"\s*[:：]?\s*$", _I)
+_PLAIN_NAME = re.compile(r"(?<![\w./@:-])([a-z][a-z0-9_]{2,}(?:\.[a-z0-9_]+)*)(?![\w/@:-])", _I)
+_NOT_NAMES_AFTER_MODEL = {"is", "was", "works", "loads", "runs", "crashes", "file", "files", "size", "and", "with",
+                          "that", "which", "it", "the", "a", "an", "on", "in", "from", "but", "fine", "gets"}
+
+
+def _name_like(token: str) -> bool:
+    low = token.lower()
+    if low in _NOT_MODEL_NAMES or re.fullmatch(r"v?\d[\d.x-]*", low):
+        return False
+    parts = [p for p in re.split(r"[-._]", low) if p]
+    if len(parts) < 2:
+        return False
+    if any(re.fullmatch(r"(?:rtx|gtx|rx|cuda|rocm|sha\d*|x86|amd64|arm64|win|windows|ubuntu|linux)", p) for p in parts[:1]):
+        return False
+    return any(ch.isdigit() for ch in low) or any(p not in _COMMON_PARTS for p in parts)
+
+
+def _server_tag(text: str, tags: tuple[str, ...]) -> tuple[str, tuple[int, int]] | None:
+    """The server's tag the message names: ``qwen2.5:7b`` or a bare
+    ``nomic-embed-text`` for ``nomic-embed-text:latest``; the longest, then the first."""
+    best = None
+    for tag in tags:
+        name, _sep, version = tag.partition(":")
+        forms = [tag] + ([name] if version in ("", "latest") else [])
+        for form in forms:
+            m = re.search(r"(?<![\w./:-])" + re.escape(form) + r"(?![\w/:-]|\.\w)", text, _I)
+            if m and (best is None or (len(form), -m.start()) > (best[2], -best[1][0])):
+                best = (tag, m.span(), len(form))
+    return (best[0], best[1]) if best else None
+
+
+def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list[tuple[int, int]], bool]:
+    """The model the user names: a server tag found in the message (when the
+    server's list is known), an explicit ``name:tag``, ``ollama run X``, then the
+    first of a name the user typed (hyphenated, a GGUF file, the word after
+    "model"/"模型") or a known family name (with a size such as ``7b`` joined
+    as the tag)."""
     spans = []
+    if tags:
+        hit = _server_tag(text, tags)
+        if hit:
+            return hit[0], [hit[1]], True
     found = None
     for m in _TAG.finditer(text):
         name, tag = m.group(1), m.group(2)
@@ -339,19 +407,45 @@ def _find_model(text: str) -> tuple[str | None, list[tuple[int, int]]]:
         spans.append(m.span())
         found = found or _tidy_model(name, tag)
     if found:
-        return found, spans
+        return found, spans, True
     m = _OLLAMA_CMD.search(text)
     if m:
         word = m.group(1).rstrip(".,")
         if ":" in word:
             n, _, tg = word.partition(":")
-            return _tidy_model(n, tg), [m.span(1)]
-        return _tidy_model(word), [m.span(1)]
+            return _tidy_model(n, tg), [m.span(1)], True
+        return _tidy_model(word), [m.span(1)], True
+    candidates = []  # (start, end, name)
+    for m in _GGUF.finditer(text):
+        candidates.append((m.start(), m.end(), _tidy_model(m.group(1))))
+    for m in _TYPED.finditer(text):
+        if _name_like(m.group(1)) and not any(s <= m.start() < e for s, e, _ in candidates):
+            candidates.append((m.start(), m.end(), _tidy_model(m.group(1))))
+    for m in _PLAIN_NAME.finditer(text):
+        word = m.group(1)
+        if (word.lower() not in _NOT_NAMES_AFTER_MODEL and word.lower() not in _NOT_MODEL_NAMES
+                and _NAME_BEFORE.search(text[max(0, m.start() - 16):m.start()])
+                and not any(s <= m.start() < e for s, e, _ in candidates)):
+            candidates.append((m.start(), m.end(), _tidy_model(word)))
     for m in _BARE.finditer(text):
-        spans.append(m.span())
+        inside = [c for c in candidates if c[0] <= m.start() and m.end() <= c[1]]
+        if inside:
+            # "qwen2.5-7b-instruct-q4_k_m": the whole typed name, unless it is
+            # just the family and its size ("llama3.1-8b" is llama3.1:8b)
+            s, e, _name = inside[0]
+            if e - s <= m.end() - m.start() + 1:
+                candidates.remove(inside[0])
+            else:
+                continue
+        if any(s <= m.start() < e for s, e, _ in candidates):
+            continue
         size = m.group(2)
-        return _tidy_model(m.group(1), size.lower() if size else None), spans
-    return None, spans
+        candidates.append((m.start(), m.end(), _tidy_model(m.group(1), size.lower() if size else None)))
+    if not candidates:
+        return None, spans, False
+    candidates.sort()
+    first = candidates[0]
+    return first[2], spans + [(first[0], first[1])], False
 
 
 # --------------------------------------------------------------------------- numbers
@@ -384,6 +478,8 @@ _CTX_PATTERNS = [
     re.compile(r"(?<![\w.])" + _K + r"[\s-]*(?:个\s*)?tokens?\b(?!\s*(?:/|per\b|每))", _I),
     # a bare "128k", "超过 8k": in this room a k-number is a context size
     re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(k|K)(?![a-zA-Z\d])(?!\s*(?:requests|users|downloads|stars|次|条))", _I),
+    # llama.cpp's "-c 32768"
+    re.compile(r"(?<![\w-])-c\s+(\d+)()\b"),
 ]
 _WAN = re.compile(r"(\d+(?:\.\d+)?)\s*万\s*(?:个\s*)?(?:token|上下文)", _I)
 
@@ -412,10 +508,16 @@ def _find_ctx(text: str) -> int | None:
 
 _PAR_PATTERNS = [
     # "4 个并发", "4并发", "两个人同时用", "4 路并发", "3 个用户同时"
-    re.compile(r"(?<![A-Za-z0-9_])" + _NUMWORD + r"\s*(?:个|路|位|名)?\s*(?:人|用户|请求|客户端|会话)?\s*(?:同时|并发|一起用|并行)"),
+    re.compile(r"(?<![A-Za-z0-9_])" + _NUMWORD + r"\s*(?:个|路|位|名)?\s*(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口)?"
+               r"\s*(?:同时|并发|一起用|一起发|并行)"),
+    # "同时开 3 个会话", "同时 2 个请求"
+    re.compile(r"同时\s*(?:开|发|跑|用)?\s*" + _NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
+    # "3 users", "two browser tabs", "4 people", "4 at once": in this room a count of users is concurrency
+    re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:users|people|clients|agents|"
+               r"browser tabs|tabs|sessions|chats)\b|\b" + _NUMWORD + r"\s+at once\b", _I),
     # "并发 4", "并发数设为4", "并行请求数: 2"
     re.compile(r"(?:并发|并行)(?:请求)?(?:数|量|数量)?\s*(?:设为|设成|设置为|设置成|开到|调到|改成|是|为|=|:|到|开)?\s*"
-               + _NUMWORD + r"(?!\s*(?:g|gb|k|%))(?![多下旦直点些起])", _I),
+               + _NUMWORD + r"(?!\s*(?:g|gb|k|%))(?![多下旦直点些起上])", _I),
     # "4 concurrent users", "two simultaneous requests"
     re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent|simultaneous|parallel)\b", _I),
     # "4 users at once", "3 requests at the same time"
@@ -432,7 +534,7 @@ def _find_parallel(text: str) -> int | None:
     seen = []
     for rx in _PAR_PATTERNS:
         for m in rx.finditer(text):
-            n = _count(m.group(1))
+            n = _count(next(g for g in m.groups() if g))
             if n and 1 <= n <= 1024:
                 seen.append(n)
     return max(seen) if seen else None
@@ -455,9 +557,13 @@ _GPU_PATTERNS = [
     # Intel Arc
     re.compile(r"(?<![\w])arc\s*(a\d{3})(?![\w])", _I),
     # bare NVIDIA numbers: "4060", "3090ti", "2080 super" (not 4096: only real models)
-    re.compile(r"(?<![\w.])((?:10[5-8]|16[56]|20[6-8]|30[5-9]|40[6-9]|50[6-9])0)\s*(ti\s*super|ti|super)?(?!\w|\.\d)"
+    re.compile(r"(?<![\w.])((?:10[5-8]|16[56]|20[6-8]|30[5-9]|40[6-9]|50[6-9])0)\s*(ti\s*super|ti|super)?s?(?!\w|\.\d)"
                r"(?!\s*(?:k\b|tokens?|mib|mb|个|人))", _I),
 ]
+
+
+# laptop and embedded NVIDIA parts, tidied as written ("MX450", "Jetson Orin")
+_GPU_PATTERNS.append(re.compile(r"(?<![\w])(mx\d{3}|jetson(?:\s+(?:orin|nano|xavier|agx|tx2))*)(?![\w])", _I))
 
 
 def _suffix(word: str | None) -> str:
@@ -485,6 +591,8 @@ def _tidy_gpu(i: int, m: re.Match) -> str:
         return g[2].upper()
     if i == 4:
         return f"Arc {g[0].upper()}"
+    if i == 6:
+        return g[0].upper() if g[0].lower().startswith("mx") else " ".join(w.capitalize() for w in g[0].split())
     return g[0] + _suffix(g[1])
 
 
@@ -499,26 +607,32 @@ def _find_gpus(text: str) -> list[tuple[int, int, str]]:
     return hits
 
 
-_SIZE = r"(\d+(?:\.\d+)?)\s*(?:个\s*)?(gib|gb|g|mib|mb|m|tib|tb)(?![a-z])"
+# "8G", "8 GB", "8 gigs", "2 个 G", "500 兆", "350M": one unit word per spelling
+_SIZE = (r"(\d+(?:\.\d+)?)[\s-]*(?:个\s*)?(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)"
+         r"(?![a-z])")
+_UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "megabyte": "m", "megabytes": "m",
+               "meg": "m", "megs": "m", "兆": "m"}
 _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|video memory|of vram|of gpu memory|"
-              r"of video memory|gpu memory|unified memory|统一内存|mac)")
+              r"of video memory|gpu memory|unified memory|统一内存|mac|across (?:two|both|\d+|several) (?:cards|gpus))")
 _GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|unified memory|统一内存)\s*(?:大小|容量|总共|一共)?\s*"
                r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
-_FREE_AFTER = r"\s*(?:of\s+(?:vram|gpu memory)\s+)?(?:free|available|left|可用|剩余|空闲)"
-_FREE_BEFORE = r"(?:剩余|可用|空闲|free|available)\s*(?:显存|vram)?\s*(?:只有|有|是|:|=|only|just|is)?\s*"
-_BUDGET_WORD = r"(?:--budget|budget|预算|限制在|限制为|limit(?:ed)? to|cap(?:ped)? at)\s*(?:of|to|is|=|:)?\s*"
+_FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:free|available|left|可用|剩余|空闲|能用|可以用)")
+_FREE_BEFORE = (r"(?:剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|最多(?:用|给)?|不超过|free|available|only may use|may use|can use|at most|no more than|up to)"
+                r"\s*(?:显存|vram)?\s*(?:只有|有|是|大概|约|:|=|only|just|is|about)?\s*")
+_BUDGET_WORD = r"(?:--budget|budget|预算|限制在|限制为|limit(?:ed)? to|cap(?:ped)? at|capped to)\s*(?:of|to|is|=|:)?\s*"
 _BUDGET_PATTERNS = [
     re.compile(r"(?<![\w.])" + _SIZE + _GPU_AFTER, _I),
     re.compile(_GPU_BEFORE + _SIZE, _I),
     re.compile(r"(?<![\w.])" + _SIZE + _FREE_AFTER, _I),
     re.compile(_FREE_BEFORE + _SIZE, _I),
     re.compile(_BUDGET_WORD + _SIZE, _I),
+    re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:budget|max(?:imum)?\b|at most|的预算|以内|封顶)", _I),
 ]
 _SIZE_NEAR_GPU = re.compile(r"^\s*(?:的|,|with|w/|\(|（)?\s*" + _SIZE, _I)
 _SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", _I)
 # "用了 7G 显存", "needs 10GB VRAM": usage or a requirement, not what the card has
 _USAGE_BEFORE = re.compile(
-    r"(?:占用|用了|使用了?|占了|吃了|吃掉|需要|要|uses|using|used|takes|took|eats|needs?|requires?|allocat\w*|"
+    r"(?:占用|用了|使用了?|占了|占着|吃了|吃掉|涨到|需要|要|uses|using|used|takes|took|eats|holds|needs?|requires?|allocat\w*|"
     r"shows?|显示|loads?|of)\s*(?:了)?\s*(?:about|around|大概|约|almost|nearly)?\s*$",
     _I,
 )
@@ -527,9 +641,19 @@ _RAM_NEAR = re.compile(r"(?<!显)(?:\bram\b|内存|system memory|系统内存)",
 
 def _bytes(number: str, unit: str) -> int | None:
     try:
-        return parse_size(f"{number}{unit}")
+        return parse_size(f"{number}{_UNIT_WORDS.get(unit.lower(), unit)}")
     except SizeError:
         return None
+
+
+_LONE_SIZE = re.compile(r"^\s*(?:about|around|大概|约|只有|有)?\s*" + _SIZE + r"\s*(?:左右|上下)?\s*$", _I)
+
+
+def size_of(text: str) -> int | None:
+    """Bytes of a size said on its own, as people write it ("8 gigs", "500 兆",
+    "2 个 G"); None when ``text`` is not just a size."""
+    m = _LONE_SIZE.match(_normalise(str(text)))
+    return _bytes(m.group(1), m.group(2)) if m else None
 
 
 def _find_budget(text: str, gpus) -> int | None:
@@ -554,6 +678,67 @@ def _find_budget(text: str, gpus) -> int | None:
     return min(seen) if seen else None
 
 
+_SHARE = re.compile(
+    r"(?<![\d.])(\d{1,3}(?:\.\d+)?)\s*%\s*(?:的)?\s*(?:of\s+(?:the\s+|my\s+)?)?(?:显存|显卡|vram|gpu|card|device|memory)"
+    r"|(?:只能用|只用|最多用|可以用|may use|can use|only (?:may )?use|use at most|limit(?:ed)? to|budget(?: of| is)?)"
+    r"\s*(?:the\s+)?(\d{1,3}(?:\.\d+)?)\s*%", _I)
+
+
+def _find_share(text: str) -> float | None:
+    """A budget given as a share of the device ("只能用 80% 的显存", "60% of the GPU")."""
+    for m in _SHARE.finditer(text):
+        value = float(m.group(1) or m.group(2))
+        if 0 < value <= 100:
+            return value / 100
+    return None
+
+
+_ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10, "半": 0.5}
+# Tokens per unit of length, for a context given as a length of text. An
+# estimate, and meant to err high (running out is worse than reserving more):
+# a CJK character is about one token in Llama/Qwen tokenizers; English runs
+# about four characters or three quarters of a word per token.
+TOKENS_PER_ZH_CHAR = 1.0
+CHARS_PER_EN_TOKEN = 4.0
+TOKENS_PER_EN_WORD = 4 / 3
+_ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万|千)?\s*(?:多)?\s*(?:个)?\s*字")
+_EN_LENGTH = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(k)?[- ]?(characters?|chars|words?)\b", _I)
+
+
+def _zh_number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text == "十":
+        return 10
+    if len(text) == 1:
+        return _ZH_DIGITS.get(text)
+    if len(text) == 2 and text[0] == "十":
+        return 10 + _ZH_DIGITS.get(text[1], 0)
+    if len(text) == 2 and text[1] == "十":
+        return _ZH_DIGITS.get(text[0], 0) * 10
+    return None
+
+
+def _estimate_ctx(text: str) -> int | None:
+    """Tokens estimated from a length of text ("三万字的报告", "a 50,000 character
+    log", "a 20k-word transcript"); None when no length is given."""
+    seen = []
+    for m in _ZH_CHARS.finditer(text):
+        n = _zh_number(m.group(1))
+        if n:
+            n *= {"万": 10000, "千": 1000}.get(m.group(2), 1)
+            if n >= 500:
+                seen.append(n * TOKENS_PER_ZH_CHAR)
+    for m in _EN_LENGTH.finditer(text):
+        n = float(m.group(1).replace(",", "")) * (1000 if m.group(2) else 1)
+        tokens = n / CHARS_PER_EN_TOKEN if m.group(3).lower().startswith("char") else n * TOKENS_PER_EN_WORD
+        if tokens >= 128:
+            seen.append(tokens)
+    return int(round(max(seen))) if seen else None
+
+
 # --------------------------------------------------------------------------- keep context
 
 _CTX_OBJ = r"(?:上下文|context|num_ctx|ctx|context window|context length)"
@@ -562,7 +747,8 @@ _KEEP_TRUE = [
     re.compile(_CTX_OBJ + r"(?:长度|大小)?\s*(?:是)?(?:不能|不可以|不想|没法|无法|不允许|不能再)(?:再)?(?:减少|降低|缩小|减小|调小|调低|少|小|减|降|低于|动|改)", _I),
     re.compile(r"(?:必须|一定要|至少要?|起码|不能少于|不能低于|(?<!不)需要)\s*(?:保持|保留|要|是|用|有|开到)?\s*"
                r"(?:\d+(?:\.\d+)?\s*[kK万]\s*(?:的)?\s*)?" + _CTX_OBJ, _I),
-    re.compile(_CTX_OBJ + r"\s*(?:必须|一定要|至少|起码|不能少于|不能低于)", _I),
+    re.compile(_CTX_OBJ + r"\s*(?:必须|一定要|至少|最少|起码|不能少于|不能低于)", _I),
+    re.compile(r"(?:必须|一定要)\s*(?:保持|保留|要|用)\s*\d+(?:\.\d+)?\s*[kK万]|不能再(?:少|小|低|减|降)", _I),
     re.compile(r"(?:can't|cannot|can not|couldn't|won't|don't want to|do not want to|unable to|not allowed to|"
                r"must not|mustn't)\s+(?:go\s+)?(?:reduce|lower|decrease|shrink|cut|drop|sacrifice|touch|change)\s+"
                r"(?:the\s+|my\s+|our\s+)?" + _CTX_OBJ, _I),
@@ -602,193 +788,18 @@ def _find_keep_context(text: str) -> bool | None:
     return None
 
 
-# --------------------------------------------------------------------------- phase
-
-def _rx(*parts: str) -> re.Pattern:
-    return re.compile("|".join(parts), _I)
-
-
-_CREEPING = _rx(
-    r"一直(?:在)?(?:涨|增加|增长|上升|升高|变大|往上(?:走|涨)|占着|不降)",
-    r"持续(?:增长|上涨|升高|增加|上升)", r"越来越(?:多|高|大)", r"越(?:用|跑)越(?:多|高|大)",
-    r"(?:不|没有?|无法|不会|不能)(?:自动)?(?:释放|回收|回落|降下来|下降|归还)", r"释放不(?:掉|了)",
-    r"降不下来|下不来|不回落", r"(?:内存|显存)?泄[漏露]",
-    r"(?:空闲|闲置|不用的时候|放着不动|没有请求)[^。,.!?\n]{0,10}(?:涨|增加|上升|变多|变大|不降|占用)",
-    r"(?:跑|运行|开|用)(?:了)?(?:几|一段|很长|好几|十几)(?:个)?(?:小时|天|时间)(?:之?后|以后)",
-    r"过(?:了)?一?(?:段|会儿|阵)(?:时间)?(?:之?后|以后)",
-    r"keeps?\s+(?:on\s+)?(?:growing|increasing|climbing|going up|rising|creeping)",
-    r"(?:grows?|growing|creeps?|creeping|climbs?|climbing|increases?|increasing|goes up|going up|rises|rising)\s+"
-    r"(?:\w+\s+)?(?:over time|steadily|gradually|while idle|when idle|even when idle|with every request|"
-    r"after every request|each request)",
-    r"creep(?:s|ing)?\s+up", r"memory\s+leak|\bleak(?:s|ing)?\b",
-    r"(?:never|not|n't|no longer)\s+(?:\w+\s+){0,2}?"
-    r"(?:released|release[sd]?|freed|frees?|goes?\s+(?:back\s+)?down|drops?|reclaimed|returned)\b",
-    r"(?:after|over)\s+(?:a few|several|many|some|\d+)\s+(?:hours|days)", r"after\s+(?:running\s+for\s+)?a\s+while",
-    r"\bover\s+time\b", r"(?:while|when|even when)\s+(?:it'?s\s+|it\s+is\s+)?idle|sitting idle|stays? high",
-)
-_CONCURRENT = _rx(
-    r"并发", r"多(?:个)?人(?:同时|一起)", r"(?:\d+|几|两|俩|[三四五六七八九十])\s*个?\s*人\s*(?:同时|一起)",
-    r"同时(?:用|使用|请求|访问|调用|发|跑|提问|问|连)", r"多(?:个)?(?:请求|用户|客户端|会话)(?:同时)?", r"多用户",
-    r"并行(?:请求|处理)?", r"压测",
-    r"concurren(?:t|cy)", r"simultaneous(?:ly)?", r"at the same time", r"in parallel", r"parallel requests",
-    r"(?:multiple|several|many|\d+|two|three|four|five|six|eight|ten|a few)\s+"
-    r"(?:users|clients|requests|people|sessions|connections)\s+"
-    r"(?:at once|at the same time|simultaneously|concurrently|in parallel|hit|hitting|using)",
-    r"(?:multiple|several|many)\s+(?:users|clients|requests|sessions|connections)",
-    r"load[- ]test(?:ing)?", r"under (?:heavy )?load", r"server busy|maximum pending requests",
-)
-_EVEN_SHORT = _rx(
-    r"even\s+(?:with\s+)?(?:a\s+|the\s+|very\s+)*(?:short|tiny|small|one-word|simple)\s+(?:prompt|input|message|question|query)",
-    r"even\s+(?:just\s+)?(?:saying\s+|typing\s+|sending\s+)?[\"']?(?:hi|hello)\b",
-    r"(?:连|哪怕|就算|即使|即便)(?:是)?(?:很短|一句|一个字|简单|短)", r"(?:再短|多短)(?:的)?(?:\w{0,4})?也",
-    r"(?:随便)?(?:问|说|发)(?:一句|个|了个)\s*(?:hi|hello|你好)",
-)
-_LONG = _rx(
-    r"长(?:文本|文档|上下文|输入|对话|提示词?|prompt|篇|文章|问题|内容|消息|代码|报告|材料|资料|论文|邮件|小说)",
-    r"长的\s*(?:文本|文档|输入|prompt|问题|内容|提示|报告|文章|材料|资料|论文|pdf|邮件|代码|小说|书)",
-    r"大(?:文件|文档|段文本|段文字|量文本)",
-    r"(?:文本|文档|输入|prompt|提示词|内容|上下文|对话|问题)(?:一|稍微|比较|太|很|特别|变)长",
-    r"多轮(?:对话)?", r"(?:聊|对话|问)(?:了)?(?:几|多|十几|好几|\d+)\s*轮", r"超过\s*\d+(?:\.\d+)?\s*(?:k|万|个?\s*token)",
-    r"大于\s*\d+(?:\.\d+)?\s*k", r"\d+(?:\.\d+)?\s*万字", r"整本书|整篇|长篇",
-    r"短(?:的|一点的|一些的)?\s*(?:文本|输入|问题|对话|提示词?|prompt|内容|句子)?\s*(?:都|就|还|倒)?(?:没问题|正常|可以|能跑|ok|没事|没毛病)",
-    r"(?:(?:context|num_ctx|ctx|上下文)\s*(?:of\s+|=\s*|:\s*)?\d+(?:\.\d+)?k?|\d+(?:\.\d+)?k)\s*"
-    r"(?:(?:and|,|和|/)\s*\d+(?:\.\d+)?k?\s*)?"
-    r"(?:works|worked|is fine|was fine|runs fine|are fine|fine|ok|没问题|正常|可以|能跑)",
-    r"\d+[- ]?pages?\b|\d+\s*页",
-    r"输入[^。,.!?\n]{0,6}(?:一长|变长|太长)", r"上下文(?:一|稍微)?(?:大|长)(?:一点|些)?就",
-    r"\blong(?:er)?\s+(?:prompts?|inputs?|documents?|docs?|texts?|contexts?|conversations?|chats?|files?|pdfs?|"
-    r"articles?|messages?|queries|questions?|sessions?|transcripts?|code ?bases?|threads?)\b",
-    r"\b(?:large|big|huge)\s+(?:prompts?|inputs?|documents?|contexts?|files?|pdfs?|chunks?)\b",
-    r"(?:prompts?|inputs?|contexts?|conversations?|documents?|chats?)\s+(?:gets?|is|are|grows?|becomes?)\s+"
-    r"(?:too\s+|very\s+)?(?:long|longer|big|large)",
-    r"\bshort\s+(?:prompts?|inputs?|questions?|messages?|ones|queries|texts?|chats?)\b",
-    r"(?:more|longer) than\s+\d+(?:\.\d+)?k?\s*tokens?",
-    r"(?:above|over|beyond|past|exceeds?|exceeding|greater than|>)\s*\d+(?:\.\d+)?k\b",
-    r"after\s+(?:a few|several|some|many|\d+)\s+(?:turns|rounds|messages|exchanges)", r"multi-?turn",
-    r"fills?\s+(?:up\s+)?the\s+context|context\s+fills",
-    r"(?:summari[sz]\w*|paste|feed)\s+(?:it\s+)?(?:a\s+|an\s+|the\s+)?(?:long|big|large|whole|entire)",
-)
-_SLOW = _rx(
-    r"(?:很|特别|非常|超级|巨|太|极其|贼|好|有点)慢", r"慢(?:得|死|到)", r"速度(?:很|特别|非常)?(?:慢|低)", r"越来越慢",
-    r"卡顿|很卡", r"每秒(?:只有|才|就)?\s*[\d一二三四五六七八九十几]+\s*个?\s*(?:token|字)",
-    r"(?:跑|用|走|跑在|运行在|全在|都在)(?:的)?\s*cpu\s*(?:上)?", r"cpu\s*(?:占用|使用率)?\s*(?:100|满|跑满|拉满)",
-    r"100\s*%\s*cpu", r"gpu\s*(?:没|没有|不)(?:用上|被使用|使用|工作|跑)", r"没(?:有)?用(?:上|到)\s*(?:gpu|显卡)",
-    r"显卡(?:没|不)(?:工作|跑|用)", r"部分(?:卸载|offload)", r"一半(?:在|跑在)\s*cpu",
-    r"\d+\s*%\s*/\s*\d+\s*%\s*cpu\s*/\s*gpu", r"cpu/gpu", r"回退到\s*cpu",
-    r"\bslow(?:ly|er|down|s)?\b", r"sluggish", r"\bcrawl(?:s|ing)?\b", r"takes? (?:forever|ages|minutes)",
-    r"waits? forever", r"takes?\s+(?:about\s+|over\s+)?\d+\s*(?:s|secs?|seconds|minutes|mins)\b",
-    r"gpu\s+(?:usage|util\w*|load)\s+(?:\w+\s+){0,2}0\s*%",
-    r"\d+(?:\.\d+)?\s*(?:tokens?|tok|t)\s*(?:/|per)\s*(?:s|sec|second)\b",
-    r"(?:\d+|one|two|three|four|five|a few)\s+tokens?\s+(?:a|per|each)\s+second",
-    r"(?:runs?|running|ran|fall(?:s|ing)? back|fell back|spills?|spilling|spilled|offload(?:s|ed|ing)?|goes|went)\s+"
-    r"(?:over\s+)?(?:on|to|onto)\s+(?:the\s+)?cpu",
-    r"(?:not|isn't|doesn't|never|barely)\s+(?:using|use|utiliz\w+|touch\w*)\s+(?:the\s+|my\s+)?gpu",
-    r"gpu\s+(?:is\s+)?(?:not|never|barely)\s+(?:being\s+)?(?:used|utilized)", r"partial(?:ly)?\s+offload(?:ed|ing)?",
-    r"offloaded\s+\d+/\d+\s+layers", r"cpu fallback",
-)
-_LOAD = _rx(
-    r"(?:一|刚|才)(?:加载|载入|启动|运行|跑|打开|ollama run)", r"加载", r"载入", r"启动(?:不了|失败|就|时|报错|不起来)",
-    r"起不来", r"(?:跑|运行)不起来", r"根本(?:跑|运行|用)不了", r"(?:装|放|塞)不下",
-    r"(?:还没|没来得及)(?:开始|输入|提问|对话|说话|发)",
-    r"(?:fail(?:s|ed|ing)?|unable|won't|wont|can't|cannot|can not|doesn't|does not|didn't|couldn't)\s+"
-    r"(?:to\s+)?(?:even\s+)?(?:load|start)\b",
-    r"(?:when|while|during|at|on)\s+(?:the\s+)?(?:model\s+)?(?:load|loading|startup|start-?up)\b",
-    r"\bloading\s+(?:the\s+)?model\b",
-    r"error loading", r"\bloading\b",
-    r"(?:as soon as|right after|immediately after|right when|the moment)\s+(?:i\s+)?(?:run|start|launch|load)\b",
-    r"before\s+(?:i\s+|it\s+)?(?:even\s+)?(?:type|send|ask|generat)", r"(?:doesn't|does not|won't|will not)\s+fit",
-    r"too\s+(?:big|large)\s+(?:for|to)", r"requires more system memory", r"timed out waiting for llama runner to start",
-    r"at load time",
-)
-_LOAD_OK = _rx(
-    r"load(?:s|ed)?\s+(?:fine|ok|okay|successfully|without|just fine|normally)", r"load is fine",
-    r"加载(?:正常|没问题|成功|完|都正常)", r"(?:能|可以)(?:正常)?加载",
-)
-_CRASH = _rx(
-    r"崩(?:溃|了|掉)?", r"闪退", r"挂(?:了|掉)", r"死掉|卡死", r"(?:进程|服务|runner)?(?:直接)?(?:退出|终止|被杀|被kill)",
-    r"段错误", r"\bcrash(?:es|ed|ing)?\b", r"segfault", r"segmentation fault", r"core dumped", r"terminated",
-    r"exit status", r"\bpanic", r"\bkilled\b", r"unexpectedly stopped", r"\bdie[sd]?\b", r"\babort(?:s|ed)?\b",
-    r"ggml_assert", r"error (?:was )?encountered",
-)
-# saying there is an error is weaker than saying it crashed: "报错如下" introduces a paste
-_ERROR_SAID = _rx(
-    r"报错|出错|错误", r"(?:throws?|gives?|get|got|getting|see|seeing)\s+(?:an?\s+|this\s+|the\s+)?error",
-    r"errors?\s+out",
-)
-_CTX_RAISE = _rx(
-    _CTX_WORD + r"[^\n。,;；!?\d]{0,10}?(?:开到|调到|设到|设成|设置为|设置成|设为|改成|改为|拉到|加到|提到|提高到|增加到|\bto|\bat)(?=\s*\d)",
-    r"(?:set|setting|increased?|increasing|raised?|raising|bump(?:ed|ing)?)\s+(?:the\s+|my\s+)?" + _CTX_WORD,
-    r"\bwith\s+(?:a\s+)?" + _CTX_WORD, r"\bat\s+\d+(?:\.\d+)?k\b", r"\d+(?:\.\d+)?\s*k\s*(?=就|的时候|时)", r"在\s*\d+k",
-)
-_OOM = _rx(
-    r"\boom(?:ed|s|ing)?\b", r"out of memory", r"爆显存|显存(?:爆|溢出|不足|不够|炸)|显存[^。,.\n]{0,4}(?:爆|炸)",
-    r"ran out of|runs? out of|running out of|out-of-memory",
-)
-_OLLAMA_RUN = re.compile(r"ollama\s+run\b", _I)
-_NEGATION_BEFORE = re.compile(
-    r"(?:没有|没|不是|并非|并不是|无|不|no|not|without|never|isn't|aren't|wasn't|don't|doesn't|no\s+more)\s*(?:\w+\s+)?$", _I
-)
-
-
-def _first_cue(rx: re.Pattern, text: str, negatable: bool = False) -> str | None:
-    for m in rx.finditer(text):
-        if negatable:
-            clause = re.split(r"[。,，.;；!?！？\n]", text[max(0, m.start() - 14):m.start()])[-1]
-            if _NEGATION_BEFORE.search(clause):
-                continue
-        return m.group(0).strip()
-    return None
-
-
-def _find_phase(full: str, scrubbed: str, error: str | None, want_parallel: int | None) -> tuple[str, str | None]:
-    """Phase by fixed precedence: the most specific cue wins.
-
-    A specific trigger (memory creeping, several users, "even a short prompt",
-    long input, running slowly on the CPU, failing at load) beats a generic
-    crash, and a generic "OOM" or a quoted CUDA error is only a crash when
-    nothing says when it happened. Cues are read in the prose (``scrubbed``);
-    a quoted error speaks for itself through its own words (``error``).
-    """
-    err = error or ""
-    load_ok = _first_cue(_LOAD_OK, scrubbed)
-    failed = _failure_said(scrubbed, error)
-    ladder = (
-        ("creeping", lambda: _first_cue(_CREEPING, scrubbed)),
-        ("concurrent", lambda: _first_cue(_CONCURRENT, scrubbed, negatable=True) or _first_cue(_CONCURRENT, err)),
-        ("load", lambda: _first_cue(_EVEN_SHORT, scrubbed)),
-        ("long_input", lambda: _first_cue(_LONG, scrubbed, negatable=True)),
-        ("slow", lambda: _first_cue(_SLOW, scrubbed, negatable=True)),
-        ("load", lambda: None if load_ok else (_first_cue(_LOAD, scrubbed) or _first_cue(_LOAD, err))),
-        # "I want num_ctx 32k" is a wish; "set num_ctx to 32k and it crashes" a symptom
-        ("long_input", lambda: _first_cue(_CTX_RAISE, scrubbed) if failed else None),
-        ("concurrent", lambda: f"parallel {want_parallel}" if failed and want_parallel and want_parallel > 1 else None),
-        ("crash", lambda: _first_cue(_CRASH, scrubbed)),
-        # an error straight after `ollama run` came from loading the model
-        ("load", lambda: "ollama run" if _OLLAMA_RUN.search(full) and (error or _OOM.search(scrubbed)) else None),
-        ("crash", lambda: _first_cue(_CRASH, err) or _first_cue(_ERROR_SAID, scrubbed)),
-        ("crash", lambda: _first_cue(_OOM, scrubbed) or error),
-    )
-    for phase, find in ladder:
-        cue = find()
-        if cue:
-            return phase, cue
-    return "unknown", None
-
-
-def _failure_said(text: str, error: str | None) -> bool:
-    return bool(error or _first_cue(_CRASH, text) or _first_cue(_ERROR_SAID, text) or _first_cue(_OOM, text)
-                or re.search(r"fail|不行|出错|失败|爆|炸|不够|error", text, _I))
-
-
 # --------------------------------------------------------------------------- parse / merge
 
-def parse(text: str) -> Intake:
-    """Read one message. Never raises for a ``str``; anything else is read as empty."""
+def parse(text: str, tags: list[str] | None = None) -> Intake:
+    """Read one message. ``tags`` are the models the server has (``/api/tags``
+    names), when one is reachable: a name from that list found in the message
+    is the model, as the server spells it. Never raises for a ``str``; anything
+    else is read as empty."""
     if not isinstance(text, str):
         text = ""
     original = text
     try:
-        return _parse(original)
+        return _parse(original, tuple(tags or ()))
     except Exception:  # noqa: BLE001 - the contract: intake never fails the chat
         if os.environ.get("OOMVET_RAISE"):  # tests: see the real bug, as the CLI does
             raise
@@ -805,24 +816,33 @@ def _safe_lang(text: str) -> str:
 _LONG_DIGITS = re.compile(r"\d{16,}")
 
 
-def _parse(original: str) -> Intake:
+def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
     norm = _normalise(original)
     error, error_spans = _find_error(norm)
     # no size, context or count has 16 digits; hiding such runs (hashes, pasted
     # tensors) also keeps every number pattern linear in the length of a paste
     scrubbed = _blank(norm, error_spans + [m.span() for m in _LONG_DIGITS.finditer(norm)])
-    model, model_spans = _find_model(scrubbed)
+    model, model_spans, model_sure = _find_model(scrubbed, tags)
     numbers = _blank(scrubbed, model_spans)  # "phi3:3.8b-mini-128k" is a name, not a context
     gpus = _find_gpus(numbers)
-    want_ctx = _find_ctx(_blank(numbers, [(s, e) for s, e, _ in gpus]))
+    no_gpus = _blank(numbers, [(s, e) for s, e, _ in gpus])
+    want_ctx = _find_ctx(no_gpus)
+    estimated = None
+    if want_ctx is None:
+        estimated = _estimate_ctx(no_gpus)
+    else:
+        guess = _estimate_ctx(no_gpus)
+        if guess and guess > want_ctx:
+            estimated = guess
     want_parallel = _find_parallel(numbers)
     budget = _find_budget(numbers, gpus)
-    phase, cue = _find_phase(norm, numbers, error, want_parallel)
+    share = _find_share(numbers) if budget is None else None
+    when, what, phase, cue = read_symptom(norm, numbers, error, want_parallel)
     return Intake(
         lang=detect_lang(original),
         phase=phase,
         model=model,
-        want_ctx=want_ctx,
+        want_ctx=estimated or want_ctx,
         want_parallel=want_parallel,
         budget=budget,
         gpu=gpus[0][2] if gpus else None,
@@ -830,6 +850,13 @@ def _parse(original: str) -> Intake:
         keep_context=_find_keep_context(numbers),
         text=original,
         phase_cue=cue,
+        when=when,
+        what=what,
+        budget_share=share,
+        ctx_estimated=bool(estimated),
+        weak=tuple(name for name, guessed in (("model", model is not None and not model_sure),
+                                               ("want_ctx", bool(estimated)),
+                                               ("phase", when == "unknown")) if guessed),
     )
 
 
@@ -837,9 +864,14 @@ def merge(base: Intake, newer: Intake) -> Intake:
     """A chat is several messages: what ``newer`` says overrides, what it leaves
     out is kept. The language stays the one of the first message that had words."""
     changes = {name: getattr(newer, name) for name in INTAKE_FIELDS if getattr(newer, name) is not None}
+    if newer.want_ctx is not None:
+        changes["ctx_estimated"] = newer.ctx_estimated
+    if newer.budget is not None:
+        changes["budget_share"] = None
+    elif newer.budget_share is not None:
+        changes["budget"] = None
     if newer.phase != "unknown":
-        changes["phase"] = newer.phase
-        changes["phase_cue"] = newer.phase_cue
+        changes.update(phase=newer.phase, phase_cue=newer.phase_cue, when=newer.when, what=newer.what)
     if not has_words(base.text):
         changes["lang"] = newer.lang
     changes["text"] = "\n".join(part for part in (base.text, newer.text) if part)

@@ -1,0 +1,114 @@
+"""The two axes of a symptom, read from the cue lexicons in ``lexicon/``.
+
+*When* it fails (at load, with long input, with several requests, over time)
+and *what* happens (OOM, crash, slow / spill to CPU, hang, cut output) are
+separate questions; a message may answer one, both or neither. The phase the
+rules receive follows from both, *when* first: a crash at load is a load
+problem, a slowdown with long prompts a long-input one; only when the message
+says nothing about when does the *what* decide (slow -> slow, a cut answer ->
+long_input since output is cut at ``num_ctx``, any failure -> crash). The cue
+lists are data, so a phrasing is added by adding a line with its example.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+_I = re.IGNORECASE | re.ASCII
+_DIR = Path(__file__).parent / "lexicon"
+WHENS = ("load", "long_input", "concurrent", "over_time", "unknown")
+WHATS = ("oom", "crash", "slow", "hang", "cut", "unknown")
+_PHASE_OF_WHEN = {"load": "load", "long_input": "long_input", "concurrent": "concurrent", "over_time": "creeping"}
+_PHASE_OF_WHAT = {"slow": "slow", "cut": "long_input", "oom": "crash", "crash": "crash", "hang": "crash"}
+_NEGATION_BEFORE = re.compile(
+    r"(?:没有|没|不是|并非|并不是|无|不|no|not|without|never|isn't|aren't|wasn't|don't|doesn't|no\s+more)\s*(?:\w+\s+)?$",
+    _I,
+)
+_OLLAMA_RUN = re.compile(r"ollama\s+run\b", _I)
+
+
+@dataclass(frozen=True)
+class Cue:
+    pattern: re.Pattern
+    examples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Group:
+    value: str                 # the axis value this group gives
+    name: str                  # for tests and `why`
+    cues: tuple[Cue, ...]
+    negatable: bool = False
+    in_error: bool = False
+    only_if_failed: bool = False
+    unless: str | None = None
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    groups: tuple[Group, ...]
+    exceptions: dict
+
+
+def _cues(rows) -> tuple[Cue, ...]:
+    return tuple(Cue(re.compile(rx, _I), tuple(examples)) for rx, examples in rows)
+
+
+@lru_cache(maxsize=None)
+def lexicon(axis: str) -> Lexicon:
+    """``axis`` is "when" or "what"; read once from ``lexicon/{axis}.yaml``."""
+    data = yaml.safe_load((_DIR / f"{axis}.yaml").read_text(encoding="utf-8"))
+    groups = tuple(
+        Group(value=g[axis], name=g.get("name", g[axis]), cues=_cues(g["cues"]), negatable=g.get("negatable", False),
+              in_error=g.get("in_error", False), only_if_failed=g.get("only_if_failed", False),
+              unless=g.get("unless"))
+        for g in data["groups"]
+    )
+    exceptions = {name: _cues(rows) for name, rows in (data.get("exceptions") or {}).items()}
+    return Lexicon(groups, exceptions)
+
+
+def _first(cues, text: str, negatable: bool = False) -> str | None:
+    for cue in cues:
+        for m in cue.pattern.finditer(text):
+            if negatable:
+                clause = re.split(r"[。,，.;；!?！？\n]", text[max(0, m.start() - 14):m.start()])[-1]
+                if _NEGATION_BEFORE.search(clause):
+                    continue
+            return m.group(0).strip()
+    return None
+
+
+def _read(axis: str, prose: str, error: str, failed: bool) -> tuple[str, str | None]:
+    lex = lexicon(axis)
+    for group in lex.groups:
+        if group.only_if_failed and not failed:
+            continue
+        if group.unless and _first(lex.exceptions[group.unless], prose):
+            continue
+        cue = _first(group.cues, prose, group.negatable) or (_first(group.cues, error) if group.in_error else None)
+        if cue:
+            return group.value, cue
+    return "unknown", None
+
+
+def read_symptom(full: str, prose: str, error: str | None, want_parallel: int | None) -> tuple[str, str, str, str | None]:
+    """``(when, what, phase, cue)`` for a message; ``prose`` is the message with
+    quoted errors blanked, ``full`` the whole text, ``error`` the quoted error."""
+    err = error or ""
+    what, what_cue = _read("what", prose, err, failed=True)
+    failed = what not in ("unknown", "slow") or bool(error)
+    when, when_cue = _read("when", prose, err, failed)
+    if when == "over_time" and what == "unknown":
+        what, what_cue = "oom", when_cue  # memory that only grows is a shortage on its way
+    if when == "unknown" and failed and want_parallel and want_parallel > 1:
+        when, when_cue = "concurrent", f"parallel {want_parallel}"
+    if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash"):
+        when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading
+    if when != "unknown":
+        return when, what, _PHASE_OF_WHEN[when], when_cue
+    return when, what, _PHASE_OF_WHAT.get(what, "unknown"), what_cue

@@ -1,0 +1,95 @@
+"""The chat's drawing of probe results, notes, the server and /why, on a rich
+console writing to a string, in both languages and both widths."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from assistant import render
+from assistant.i18n import set_lang
+from probes.base import ProbeResult
+from probes.ollama_api import Loaded
+
+
+@pytest.fixture(params=["en", "zh"])
+def lang(request):
+    set_lang(request.param)
+    yield request.param
+    set_lang(None)
+
+
+def _screen(renderable, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def _stability() -> ProbeResult:
+    return ProbeResult("stability", True, rows=[{"model": "neohorse-1:latest", "num_ctx": 4096, "parallel": 1,
+                                                 "tokens": 200, "peak": 475136, "errors": 0}],
+                       notes=["not measured: the memory source could not see the model"], wall_s=3.2)
+
+
+def _context() -> ProbeResult:
+    rows = [{"tier": name, "num_ctx": ctx, "sent tokens": ctx - 100, "after load": 300 << 20, "peak": peak,
+             "truncated": False, "ok": True, "error": None}
+            for name, ctx, peak in (("short", 2048, 310 << 20), ("medium", 8192, 420 << 20), ("long", 32768, 900 << 20))]
+    return ProbeResult("context", True, rows=rows, notes=["stopped at tier long (num_ctx 32768): out of memory"],
+                       wall_s=61.0)
+
+
+def test_a_small_peak_is_formatted_never_raw(lang):
+    screen = _screen(render.probe_result(_stability(), 100), 100)
+    assert "475136" not in screen and "464.00 KiB" in screen
+
+
+def test_a_one_row_result_has_no_empty_header_row(lang):
+    screen = _screen(render.probe_result(_stability(), 100), 100)
+    lines = [line for line in screen.splitlines() if line.strip()]
+    assert lines[1].split()[0] in ("model", "模型")  # straight after the title: the first key, no blank header
+
+
+def test_labels_and_notes_speak_the_session_language(lang):
+    screen = _screen(render.probe_result(_context(), 120), 120)
+    if lang == "zh":
+        assert "探测 context — 通过" in screen and "峰值" in screen and "档位" in screen
+        assert "在档位 long（num_ctx 32768）停止：显存不足" in screen
+        assert "sent tokens" not in screen and "out of memory" not in screen
+    else:
+        assert "probe context — ok" in screen and "sent tokens" in screen
+        assert "stopped at tier long (num_ctx 32768): out of memory" in screen
+
+
+def test_below_100_columns_each_row_is_one_line_not_a_folded_table(lang):
+    screen = _screen(render.probe_result(_context(), 80), 80)
+    lines = screen.splitlines()
+    start = next(i for i, line in enumerate(lines) if "8192" in line)
+    row = " ".join(lines[start:start + 2])  # a long row wraps like prose, keeping "key value" pairs whole
+    assert "420.00 MiB" in row.replace(" \n", "") or "420.00 MiB" in "".join(lines[start:start + 2])
+    assert "│" not in screen and max(len(line) for line in lines) <= 80
+
+
+def test_the_server_in_one_line_like_ollama_ps(lang):
+    loaded = [Loaded(name="neohorse-1:latest", size_bytes=600 << 20, size_vram_bytes=300 << 20,
+                     context_length=4096, quantization="F16")]
+    line = render.ps_line(loaded)
+    assert "neohorse-1:latest" in line and "600.00 MiB" in line and "50%/50% CPU/GPU" in line and "4096" in line
+    assert render.ps_line([]) == ("ollama ps：没有加载任何模型" if lang == "zh" else "ollama ps: nothing loaded")
+
+
+def test_why_shows_the_facts_and_the_chain_behind_each_step(lang):
+    from rules.engine import Advisor
+
+    with Advisor() as advisor:
+        advisor.post_many([
+            {"kind": "symptom", "phase": "long_input", "text": "long prompts crash"},
+            {"kind": "target", "model": "m:1b", "want_ctx": 32768, "want_parallel": None, "budget": None},
+            {"kind": "device", "name": "sim", "vendor": "nvidia", "total": 8 << 30, "used_idle": 0, "unified": False},
+        ])
+        lines = render.why_lines(advisor.why(), lang)
+    text = "\n".join(lines)
+    assert lines[0].startswith("#1 ")
+    assert "want_ctx=32768" in text and "total=8.00 GiB" in text  # the facts, sizes formatted
+    assert ("依据" if lang == "zh" else "because") in text
