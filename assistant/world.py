@@ -52,6 +52,8 @@ def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = Fa
     where.add_argument("--rig", action="store_true",
                        help="use oomvet's own test Ollama with the NeoHorse-1 stand-ins (built and cached on first use)")
     where.add_argument("--simulate", metavar="SCENARIO", help="play a GPU + Ollama from a scenario file")
+    parser.add_argument("--rig-version", metavar="V",
+                        help="with --rig: 0.34.4 (current engine, default) or 0.11.4 (legacy); $OOMVET_RIG_VERSION")
     parser.add_argument("--budget", help="memory cap for the model: 6GiB, 600MiB, 7.5G or 80%% of the device")
     parser.add_argument("--memory-source", choices=("nvml", "nvidia-smi", "rocm-smi", "host"),
                         help="force one memory source (default: the first that works)")
@@ -119,7 +121,8 @@ def open_world(args, log=None) -> Iterator[World]:
         elif getattr(args, "rig", False):
             from probes.rig import Rig
 
-            rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}")))
+            rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}"),
+                                          version=getattr(args, "rig_version", None)))
             api, control, kind = Ollama(rig.host, timeout_s=_http_timeout(args)), rig.server, "rig"
             server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)
             server_log, log_why = find_log(getattr(args, "server_log", None) or rig.server.log_path)

@@ -6,8 +6,11 @@ Server-wide knobs (``OLLAMA_NUM_PARALLEL``, ``OLLAMA_KV_CACHE_TYPE``,
 started itself (the rig, the simulator) it may, for a user's server it may
 not, and the probe prints the exact command instead. :class:`ManagedServer`
 starts ``ollama serve`` on a free loopback port with its own model store and
-stops it together with its ``ollama runner`` children, so a user's server on
-11434 is never touched.
+stops it together with the processes that hold its models (``ollama runner``
+up to v0.29, ``llama-server`` from v0.30), so a user's server on 11434 is
+never touched. From v0.30 every ``LLAMA_ARG_*`` variable of the server's
+environment reaches llama-server (the fit target, the KV-offload switch), so
+those count as server settings too.
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ import psutil
 from probes.errors import ProbeError, ServerUnreachableError
 
 DEFAULT_PORT = 11434
+# environment variables that are server settings (LLAMA_ARG_*: llama-server's, passed through by v0.30+)
+SETTING_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
 
 
 class ServerControl(Protocol):
@@ -37,7 +42,7 @@ class ServerControl(Protocol):
         """Restart with these OLLAMA_* settings on top of the current ones."""
 
     def env(self) -> dict[str, str]:
-        """The OLLAMA_* settings the server runs with (as far as we know)."""
+        """The OLLAMA_* (and LLAMA_ARG_*) settings the server runs with (as far as we know)."""
 
 
 class ForeignServer:
@@ -89,7 +94,9 @@ class ManagedServer:
 
     Same as typing ``OLLAMA_HOST=127.0.0.1:PORT OLLAMA_MODELS=DIR ollama serve``.
     The server runs in its own process group, so stopping it also stops the
-    ``ollama runner`` children that hold the model.
+    ``ollama runner`` / ``llama-server`` children that hold the model. The
+    caller's own ``OLLAMA_*`` and ``LLAMA_ARG_*`` settings are not inherited:
+    only ``env`` sets them, so a rig behaves the same in every shell.
     """
 
     def __init__(self, ollama_bin: Path | str, models_dir: Path | str, *, log_path: Path | str | None = None,
@@ -112,7 +119,7 @@ class ManagedServer:
 
     def process_env(self) -> dict[str, str]:
         """Environment for ``ollama serve`` and for ``ollama`` CLI calls against it."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OLLAMA_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(SETTING_PREFIXES)}
         env.update(OLLAMA_HOST=f"127.0.0.1:{self.port}", OLLAMA_MODELS=str(self.models_dir))
         env.update(self._extra_env)
         return env
@@ -161,13 +168,20 @@ class ManagedServer:
     def can_restart(self) -> bool:
         return True
 
-    def restart(self, env: Mapping[str, str]) -> None:
+    def restart(self, env: Mapping[str, str | None]) -> None:
+        """Restart with ``env`` on top of the current settings; a value of
+        None removes that setting (an empty one would still be set: llama.cpp
+        reads an empty ``LLAMA_ARG_*`` as a value and refuses it)."""
         self.stop()
-        self._extra_env.update({k: str(v) for k, v in env.items()})
+        for k, v in env.items():
+            if v is None:
+                self._extra_env.pop(k, None)
+            else:
+                self._extra_env[k] = str(v)
         self.start()
 
     def env(self) -> dict[str, str]:
-        return {k: v for k, v in self.process_env().items() if k.startswith("OLLAMA_")}
+        return {k: v for k, v in self.process_env().items() if k.startswith(SETTING_PREFIXES)}
 
     def __enter__(self) -> "ManagedServer":
         return self.start()

@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """The test rig from the shell: build/reuse everything, or serve until Ctrl-C.
 
-    python scripts/rig.py setup    # build Ollama v0.11.4, make the GGUFs, create the neohorse-1 tags
-    python scripts/rig.py serve    # the same, then serve on a free loopback port until Ctrl-C
+    python scripts/rig.py setup                       # both engines: Ollama v0.34.4 (llama-server) and v0.11.4,
+                                                      # the GGUFs, the neohorse-1 tags in each engine's store
+    python scripts/rig.py setup --rig-version 0.11.4  # one engine only
+    python scripts/rig.py serve                       # v0.34.4 on a free loopback port until Ctrl-C
+    python scripts/rig.py serve --rig-version 0.11.4  # the legacy engine instead
+
+``OOMVET_RIG_VERSION`` is the default of ``--rig-version`` for ``serve``.
 """
 from __future__ import annotations
 
@@ -12,26 +17,38 @@ import sys
 import time
 
 from probes.errors import ProbeError
-from probes.rig import Rig
+from probes.rig import CURRENT_VERSION, LEGACY_VERSION, Rig, resolve_version
+
+
+def _ready(rig: Rig, started: float) -> None:
+    print(f"rig ready in {time.monotonic() - started:.0f}s: Ollama {rig.server.version} ({rig.engine}) at "
+          f"{rig.host}; tags: {', '.join(f'{t} ({lvl})' for t, lvl in rig.levels.items())}", flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=("setup", "serve"))
+    parser.add_argument("--rig-version", metavar="V",
+                        help=f"{CURRENT_VERSION} (current engine) or {LEGACY_VERSION} (legacy); "
+                             "setup: default both, serve: default $OOMVET_RIG_VERSION or current")
     args = parser.parse_args()
-    started = time.monotonic()
     try:
-        with Rig() as rig:
-            print(f"rig ready in {time.monotonic() - started:.0f}s: Ollama {rig.server.version} at {rig.host}; "
-                  f"tags: {', '.join(f'{t} ({lvl})' for t, lvl in rig.levels.items())}", flush=True)
-            if args.action == "serve":
-                print(f"OLLAMA_HOST={rig.host}  (Ctrl-C stops it)", flush=True)
-                signal.sigwait({signal.SIGINT, signal.SIGTERM}) if hasattr(signal, "sigwait") else input()
+        if args.action == "setup":
+            versions = [resolve_version(args.rig_version)] if args.rig_version else [CURRENT_VERSION, LEGACY_VERSION]
+        else:
+            versions = [resolve_version(args.rig_version)]
+        for version in versions:
+            started = time.monotonic()
+            with Rig(version=version) as rig:
+                _ready(rig, started)
+                if args.action == "serve":
+                    print(f"OLLAMA_HOST={rig.host}  (Ctrl-C stops it)", flush=True)
+                    signal.sigwait({signal.SIGINT, signal.SIGTERM}) if hasattr(signal, "sigwait") else input()
     except ProbeError as exc:
         print(f"rig: {exc}", file=sys.stderr)
         if exc.hint:
             print(f"hint: {exc.hint}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except KeyboardInterrupt:
         pass
     return 0

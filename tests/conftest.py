@@ -1,9 +1,16 @@
 """Shared fixtures: the rig's real Ollama for integration tests.
 
-The rig is built once per test session (cached across runs in ``.cache/``).
-On a developer machine without Go or a cached/``OLLAMA_BIN`` binary the
-integration tests skip with one reason; in CI (``CI=true``) they fail instead,
-because a skipped integration test there would hide a broken rig.
+The ``rig`` fixture is parametrized over both engines the rig serves: ids
+``current`` (Ollama v0.34.4, the model in a ``llama-server`` process) and
+``legacy`` (v0.11.4, ``ollama runner``). A plain run (CI's) runs the full
+integration suite on the current engine and the smoke set ``LEGACY_SMOKE``
+on the legacy one; ``OOMVET_LEGACY_FULL=1`` runs everything on both, and
+``OOMVET_RIG_VERSION`` (``current``, ``legacy``, or a version) runs the full
+suite on that one engine only. Each engine is built once (cached across runs in
+``.cache/``) and served once per test session. On a developer machine without
+Go or a cached/``OLLAMA_BIN`` binary the integration tests skip with one
+reason; in CI (``CI=true``) they fail instead, because a skipped integration
+test there would hide a broken rig.
 """
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ import signal
 
 import pytest
 
-from probes.rig import Rig, RigError, default_paths, find_ollama
+from probes.rig import VERSIONS, Rig, RigError, default_paths, find_ollama, resolve_version
 
 
 def pytest_configure(config):
@@ -27,11 +34,48 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-@pytest.fixture(scope="session")
-def rig():
-    paths = default_paths()
+def _engines() -> list[str]:
+    """Test ids of the engines this run covers (both unless OOMVET_RIG_VERSION says one)."""
+    if not os.environ.get("OOMVET_RIG_VERSION"):
+        return list(VERSIONS)
+    version = resolve_version()
+    return [name for name, v in VERSIONS.items() if v == version]
+
+
+# the legacy engine's smoke set: the rig itself, the host reader, the second model family
+LEGACY_SMOKE = ("test_rig.py", "test_host_reader.py", "test_gemma_rig.py")
+
+
+def _legacy_smoke_only() -> bool:
+    """Full suite on the current engine and the smoke set on the legacy one
+    (CI's default: both fresh builds plus two full runs do not fit its 90
+    minutes on 2 cores); OOMVET_LEGACY_FULL=1 runs everything on both."""
+    return os.environ.get("OOMVET_LEGACY_FULL") != "1" and not os.environ.get("OOMVET_RIG_VERSION")
+
+
+def pytest_collection_modifyitems(config, items):
+    # a module that pins its engine (parametrize("rig", ["current"], indirect=True)) is left out,
+    # not skipped, when OOMVET_RIG_VERSION narrows the run to the other engine
+    engines = set(_engines())
+    smoke_only = _legacy_smoke_only()
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        engine = callspec.params.get("rig") if callspec else None
+        out = engine is not None and (engine not in engines or
+                                      (engine == "legacy" and smoke_only and item.path.name not in LEGACY_SMOKE))
+        (drop if out else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session", params=_engines())
+def rig(request):
+    version = VERSIONS[request.param]
+    paths = default_paths(version)
     if find_ollama(paths) is None and shutil.which("go") is None:
-        reason = "integration: no Ollama binary (OLLAMA_BIN or cached build) and no Go to build one"
+        reason = f"integration: no Ollama {version} binary (OLLAMA_BIN or cached build) and no Go to build one"
         if _in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
@@ -41,7 +85,7 @@ def rig():
     except RigError as exc:
         if _in_ci():
             raise
-        pytest.skip(f"integration: the rig could not start: {exc}")
+        pytest.skip(f"integration: the {request.param} rig could not start: {exc}")
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
-"""Host memory: the Ollama runner's resident memory and the system totals.
+"""Host memory: the model process's resident memory and the system totals.
 
-On a CPU-only machine the model lives in the runner process (``ollama
-runner ...``, a child of ``ollama serve``), so its RSS is the model's memory;
+On a CPU-only machine the model lives in the process Ollama starts for it, a
+child of ``ollama serve``: ``ollama runner ...`` up to v0.29, llama.cpp's
+``llama-server --model ...`` from v0.30 (see :func:`is_ollama_runner`), so
+its RSS is the model's memory;
 on Apple silicon system and GPU memory are one pool and the same numbers are
 the device's. Runner processes are found with psutil, restricted to
 descendants of the server when its pid is known. The pid list is cached and
@@ -9,7 +11,7 @@ rescanned at most every ``refresh_s`` (only new pids are inspected), so
 20-100 readings a second stay cheap, and a process that vanishes between two
 readings is simply no longer counted. Shell equivalents::
 
-    ps -o pid,rss,args -p $(pgrep -f 'ollama runner')
+    ps -o pid,rss,args -p $(pgrep -f 'ollama runner|llama-server --model')
     free -b          # total / available
 
 Caveat on macOS: Metal buffers count in the process's memory footprint and
@@ -37,14 +39,31 @@ _YOUNG_S = 2.0
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied)
 
 
+def _exe_name(arg0: str) -> str:
+    exe = arg0.replace("\\", "/").rsplit("/", 1)[-1].lower()  # Windows paths too
+    return exe[:-4] if exe.endswith(".exe") else exe
+
+
 def is_ollama_runner(cmdline: Sequence[str]) -> bool:
-    """``/usr/local/bin/ollama runner --model ...`` (and ``ollama.exe runner``)."""
+    """Does this process hold a model for Ollama? Both eras:
+
+    * legacy (v0.29 and before): ``/usr/local/bin/ollama runner --model ...``
+      (and ``ollama.exe runner``), the in-process runner; from v0.30 ``ollama
+      runner`` is also the MLX engine for safetensors models;
+    * current (v0.30+): ``.../lib/ollama/llama-server --model BLOB ...``.
+      Ollama also runs ``llama-server`` for GPU discovery, for a second and
+      with no model (``--port N --host 127.0.0.1 --no-webui --offline
+      --verbose``, then ``--list-devices``); those hold no model and never
+      count, so only an instance given ``--model``/``-m`` does.
+    """
     if len(cmdline) < 2:
         return False
-    exe = cmdline[0].replace("\\", "/").rsplit("/", 1)[-1].lower()  # Windows paths too
-    if exe.endswith(".exe"):
-        exe = exe[:-4]
-    return exe == "ollama" and cmdline[1] == "runner"
+    exe = _exe_name(cmdline[0])
+    if exe == "ollama":
+        return cmdline[1] == "runner"
+    if exe == "llama-server":
+        return any(arg in ("--model", "-m") or arg.startswith("--model=") for arg in cmdline[1:])
+    return False
 
 
 def is_unified_memory_host() -> bool:
@@ -200,8 +219,11 @@ class HostReader:
 
 
 def _name(proc: psutil.Process) -> str:
+    """``ollama runner`` or ``llama-server``: the engine, not its arguments."""
     try:
         cmd = proc.cmdline()
+        if cmd and _exe_name(cmd[0]) == "llama-server":
+            return "llama-server"
         return " ".join([os.path.basename(cmd[0]), *cmd[1:2]]) if cmd else proc.name()
     except _GONE:
         return "?"

@@ -60,7 +60,7 @@ def test_runner_memory_is_found_and_rises_on_load(rig):
     procs = reader.processes()
     assert len(procs) == 1, procs
     runner = procs[0]
-    assert runner.name == "ollama runner"
+    assert runner.name == {"runner": "ollama runner", "llama-server": "llama-server"}[rig.engine]
     assert rig.server_pid in [p.pid for p in psutil.Process(runner.pid).parents()]
     loaded = reader.read().used_bytes
     assert loaded - idle >= 100 * MiB, f"runner holds only {fmt_size(loaded)} after load"
