@@ -860,8 +860,10 @@ def _plain(value: Any) -> Any:
         return {(k if isinstance(k, (str, int)) else str(k)): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if value is None or isinstance(value, (str, bool)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return str(value)  # a probe's keyed Note is a str subclass YAML cannot represent
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):

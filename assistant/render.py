@@ -62,6 +62,42 @@ MSG = catalog({
     "note.measured_again": {"en": "{what}: measured again because {why}", "zh": "{what}：重新测量，因为 {why}"},
     "note.own_parallel": {"en": "the server runs with its own OLLAMA_NUM_PARALLEL; measured as it is",
                           "zh": "服务器使用它自己的 OLLAMA_NUM_PARALLEL；按现状测量"},
+    # probes/notes.py, by key (the English must say what probes/notes.py says)
+    "search.best": {"en": "largest num_ctx measured to fit under {limit}: {best} ({why}; {loads} loads)",
+                    "zh": "在 {limit} 以内实测可行的最大 num_ctx：{best}（{why}；共 {loads} 次加载）"},
+    "search.none": {"en": "no context fits under {limit}: the first rung (num_ctx {first}) did not ({stop})",
+                    "zh": "在 {limit} 以内没有可行的上下文：第一档（num_ctx {first}）就不行（{stop}）"},
+    "search.why.cap_want": {"en": "the wanted context fits", "zh": "所需上下文放得下"},
+    "search.why.cap_trained": {"en": "the trained context fits", "zh": "训练上下文长度放得下"},
+    "search.why.cap_top": {"en": "the top fits", "zh": "上限值放得下"},
+    "search.why.converged": {"en": "num_ctx {fail} measured over", "zh": "num_ctx {fail} 实测超出"},
+    "search.why.trials": {"en": "stopped after {loads} loads", "zh": "{loads} 次加载后停止"},
+    "search.why.unmeasured": {"en": "a peak could not be measured", "zh": "有一个峰值没能测得"},
+    "search.why.error": {"en": "a load failed for a reason other than memory", "zh": "有一次加载因内存以外的原因失败"},
+    "ctx.clamped": {"en": "the model was trained for {trained} tokens: Ollama clamps a larger num_ctx ({want}) to it "
+                          "without an error",
+                    "zh": "该模型的训练上下文为 {trained} 个 token：更大的 num_ctx（{want}）会被 Ollama 静默截到这个值"},
+    "ctx.default": {"en": "a request without num_ctx gets the server default of {default} tokens ({engine} engine, "
+                          "v{version}); longer input is cut there",
+                    "zh": "不带 num_ctx 的请求得到服务器默认的 {default} 个 token（{engine} 引擎，v{version}）；"
+                          "更长的输入会在那里被截断"},
+    "ctx.calibrated": {"en": "calibrated: peak = {intercept} + {slope} x (KV + compute); residual {residual}",
+                       "zh": "已校准：峰值 = {intercept} + {slope} ×（KV + 计算缓冲）；残差 {residual}"},
+    "ctx.no_prediction": {"en": "no prediction for {model}: {error}", "zh": "无法预测 {model}：{error}"},
+    "quant.no_sibling": {"en": "no lower-bit sibling of {model} on the server (levels are read from `ollama show`, "
+                               "not from tag names)",
+                         "zh": "服务器上没有 {model} 的更低位版本（量化级别读自 `ollama show`，而不是标签名）"},
+    "quant.no_logprobs": {"en": "the server returns no token log-probabilities: coherence is judged on the text",
+                          "zh": "服务器不返回 token 对数概率：连贯性按文本判断"},
+    "quant.predicted_over": {"en": "{tag}: not loaded: predicted to peak at {peak}, over the limit with margin "
+                                   "({limit})",
+                             "zh": "{tag}：未加载：预测峰值 {peak}，超过留余量后的上限（{limit}）"},
+    "backend.weights_alone": {"en": "weights alone (num_ctx {ctx}): {peak} — a diagnostic, not a setting to use",
+                              "zh": "仅权重（num_ctx {ctx}）：{peak} —— 仅作诊断，不是可用的设置"},
+    "backend.restart": {"en": "{assigns} ollama serve   (systemd: `systemctl edit ollama` -> [Service] "
+                              "Environment=...; then restart)",
+                        "zh": "{assigns} ollama serve   （systemd：`systemctl edit ollama` -> [Service] "
+                              "Environment=...；然后重启）"},
     "ps.none": {"en": "ollama ps: nothing loaded", "zh": "ollama ps：没有加载任何模型"},
     "ps.one": {"en": "{name} {size} {where} ctx {ctx}", "zh": "{name} {size} {where} 上下文 {ctx}"},
     "ps.line": {"en": "ollama ps: {models}", "zh": "ollama ps：{models}"},
@@ -112,6 +148,9 @@ def label(key: str) -> str:
 
 def note(text: str) -> str:
     """A probe note in the session's language (as written when not known)."""
+    key = getattr(text, "key", None)
+    if key is not None:  # a probes.notes.Note: its values may be notes too
+        return t(key, **{k: note(v) if isinstance(v, str) else v for k, v in text.values.items()})
     for rx, key in _NOTES:
         m = rx.match(text)
         if m:

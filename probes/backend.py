@@ -18,6 +18,7 @@ import uuid
 from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, spill_error, timed
 from probes.context import calibrate
 from probes.errors import ProbeError
+from probes.notes import Note
 from probes.texts import fill_prompt
 from probes.units import fmt_size
 
@@ -29,8 +30,7 @@ FILL = 0.6
 
 def restart_command(env_changes: dict[str, str]) -> str:
     """What a user types to apply server settings by hand."""
-    assigns = " ".join(f"{k}={v}" for k, v in env_changes.items())
-    return f"{assigns} ollama serve   (systemd: `systemctl edit ollama` -> [Service] Environment=...; then restart)"
+    return Note("backend.restart", assigns=" ".join(f"{k}={v}" for k, v in env_changes.items()))
 
 
 def _server_env(settings: dict) -> dict[str, str]:
@@ -85,8 +85,7 @@ def run(env: ProbeEnv, model: str, knob: str, value, num_ctx: int = 2048, old=No
         result.facts.append({"kind": "knob_trial", "knob": knob, "old": old, "new": value, "peak": peak,
                              "ok": ok, "applied": True, "error": error, **reading})
         if knob == "kv_cache_off":
-            result.notes.append(f"weights alone (num_ctx {MIN_CTX}): {fmt_size(peak)} — a diagnostic, "
-                                "not a setting to use")
+            result.notes.append(Note("backend.weights_alone", ctx=MIN_CTX, peak=fmt_size(peak)))
     return result
 
 

@@ -27,6 +27,7 @@ from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_window,
 from probes import predict, sanity, search
 from probes.calibrate import Calibration
 from probes.errors import ProbeError
+from probes.notes import Note
 from probes.texts import TokenCost, fill_prompt
 from probes.units import fmt_size
 
@@ -141,16 +142,13 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
         if crashed is not None:
             result.ok, result.error = False, crashed["error"]
         if want_ctx and trained and want_ctx > trained:
-            result.notes.append(f"the model was trained for {trained} tokens: Ollama clamps a larger num_ctx "
-                                f"({want_ctx}) to it without an error")
+            result.notes.append(Note("ctx.clamped", trained=trained, want=want_ctx))
         if want_ctx and default < want_ctx:
-            result.notes.append(f"a request without num_ctx gets the server default of {default} tokens "
-                                f"({engine} engine, v{version}); longer input is cut there")
+            result.notes.append(Note("ctx.default", default=default, engine=engine, version=version))
         if calibration is not None and calibration.points:
             fit = calibration.to_dict()
-            result.notes.append("calibrated: peak = {} + {} x (KV + compute); residual {}".format(
-                fmt_size(fit["intercept"]), fit["slope"],
-                "n/a" if fit["residual"] is None else fmt_size(fit["residual"])))
+            result.notes.append(Note("ctx.calibrated", intercept=fmt_size(fit["intercept"]), slope=fit["slope"],
+                                     residual="n/a" if fit["residual"] is None else fmt_size(fit["residual"])))
         result.facts.sort(key=lambda f: f["num_ctx"])
     return result
 
@@ -166,7 +164,7 @@ def _calibration(env: ProbeEnv, model: str, engine: str, kv_type: str, num_batch
     try:
         shape = predict.read_shape(env.api, model, on_gpu=env.on_gpu)
     except (ProbeError, ValueError) as exc:
-        result.notes.append(f"no prediction for {model}: {exc}")
+        result.notes.append(Note("ctx.no_prediction", model=model, error=str(exc)))
         return None
     return Calibration(predict.predictor(shape, engine, kv_type, num_batch))
 
@@ -197,18 +195,18 @@ def _name_tiers(facts: list[dict]) -> None:
 
 def _search_note(outcome: search.SearchResult, fit_limit: int | None, want_ctx: int | None,
                  trained: int | None) -> str:
-    limit = fmt_size(fit_limit) if fit_limit is not None else "no limit"
+    limit = fmt_size(fit_limit) if fit_limit is not None else "∞"
     if outcome.best is None:
-        return (f"no context fits under {limit}: the first rung (num_ctx {outcome.trials[0].value}) "
-                f"did not ({outcome.stop})")
-    why = {"cap": "the cap ({}) fits".format("wanted context" if want_ctx and outcome.cap == want_ctx
-                                             else "trained context" if outcome.cap == trained else "top"),
-           "converged": f"num_ctx {outcome.first_fail} measured over",
-           "trials": f"stopped after {outcome.loads} loads",
-           "unmeasured": "a peak could not be measured",
-           "error": "a load failed for a reason other than memory"}.get(outcome.stop, outcome.stop)
-    return (f"largest num_ctx measured to fit under {limit}: {outcome.best} ({why}; "
-            f"{outcome.loads} loads)")
+        return Note("search.none", limit=limit, first=outcome.trials[0].value, stop=outcome.stop)
+    if outcome.stop == "cap":
+        key = ("search.why.cap_want" if want_ctx and outcome.cap == want_ctx
+               else "search.why.cap_trained" if outcome.cap == trained else "search.why.cap_top")
+        why = Note(key)
+    elif outcome.stop in ("converged", "trials", "unmeasured", "error"):
+        why = Note(f"search.why.{outcome.stop}", fail=outcome.first_fail, loads=outcome.loads)
+    else:
+        why = outcome.stop
+    return Note("search.best", limit=limit, best=outcome.best, why=why, loads=outcome.loads)
 
 
 def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: int, num_ctx_option: int | None,

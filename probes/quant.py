@@ -18,6 +18,7 @@ from probes import coherence, predict
 from probes.base import ProbeEnv, ProbeResult, restoring, sampled, spill_error, timed
 from probes.errors import ModelNotFoundError, ProbeError
 from probes.memmodel import bits_per_weight
+from probes.notes import Note
 from probes.texts import coherence_task
 from probes.units import fmt_size
 
@@ -79,14 +80,13 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
         levels.sort(reverse=True)
         env.say("plan", current=current.quantization, candidates=[t for _, t, _ in levels])
         if not levels:
-            result.notes.append(f"no lower-bit sibling of {model} on the server "
-                                f"(levels are read from `ollama show`, not from tag names)")
+            result.notes.append(Note("quant.no_sibling", model=model))
         options = dict(GEN_OPTIONS, num_ctx=num_ctx)
         reference = env.api.generate(model, task, options)
         ref_text = reference.text if reference.ok else None
         ref_steps = coherence.logprob_steps(env.api, model, task, options) if reference.ok else None
         if ref_steps is None:
-            result.notes.append("the server returns no token log-probabilities: coherence is judged on the text")
+            result.notes.append(Note("quant.no_logprobs"))
         env.unload(model)
         predicted = _predictions(env, [tag for _, tag, _ in levels], num_ctx)
         for bits, tag, level in levels:
@@ -95,7 +95,8 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
             if fit_limit_bytes is not None and guess is not None and guess > fit_limit_bytes:
                 why = (f"not loaded: predicted to peak at {fmt_size(guess)}, over the limit with margin "
                        f"({fmt_size(fit_limit_bytes)})")
-                result.notes.append(f"{tag}: {why}")
+                result.notes.append(Note("quant.predicted_over", tag=tag, peak=fmt_size(guess),
+                                         limit=fmt_size(fit_limit_bytes)))
                 result.facts.append({"kind": "quant_trial", "tag": tag, "level": level, "ok": False, "weights": None,
                                      "coherent": None, "issues": [why], "bits": bits, "peak": None,
                                      "num_ctx": num_ctx, "predicted_peak": guess, "skipped": True,

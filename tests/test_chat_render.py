@@ -93,3 +93,28 @@ def test_why_shows_the_facts_and_the_chain_behind_each_step(lang):
     assert lines[0].startswith("#1 ")
     assert "want_ctx=32768" in text and "total=8.00 GiB" in text  # the facts, sizes formatted
     assert ("依据" if lang == "zh" else "because") in text
+
+
+def test_every_probe_note_key_is_in_the_catalog_in_both_languages_and_says_the_same_in_english():
+    from assistant.i18n import all_messages
+    from probes.notes import TEXT
+
+    messages = all_messages()
+    for key, english in TEXT.items():
+        assert key in messages, key
+        assert messages[key]["en"] == english, key
+        assert messages[key]["zh"] and messages[key]["zh"] != english, key
+
+
+def test_a_keyed_note_is_said_in_chinese_with_its_inner_note_too():
+    from assistant.i18n import set_lang
+    from assistant.render import note
+    from probes.notes import Note
+
+    set_lang("zh")
+    try:
+        text = note(Note("search.best", limit="7.04 GiB", best=10240, why=Note("search.why.converged", fail=10496),
+                         loads=3))
+    finally:
+        set_lang("en")
+    assert text == "在 7.04 GiB 以内实测可行的最大 num_ctx：10240（num_ctx 10496 实测超出；共 3 次加载）"
