@@ -662,6 +662,17 @@ with ruleset(RULESET):
         S.to_plan(st)
 
     @_decides(136, CTX_DONE & (s.tier_fit_count > 0) & (s.tier_mem_fail == False) & (s.cause == "none")  # noqa: E712
+              & (s.want_beyond_trained == True),  # noqa: E712
+              en="Every tier fits up to the model's trained context, and the wanted {want_ctx} tokens are beyond it: "
+                 "Ollama clamps num_ctx there silently. Not a memory problem.",
+              zh="直到模型训练上下文的各档位都放得下，而所需的 {want_ctx} 个 token 超出了它：Ollama 会静默截到训练长度。"
+                 "不是内存问题。")
+    def wanted_context_beyond_the_trained_one(st):
+        S.diagnose(st, "not_memory", "trained_clamp")
+        S.adopt_largest_fit(st)
+        S.to_plan(st)
+
+    @_decides(137, CTX_DONE & (s.tier_fit_count > 0) & (s.tier_mem_fail == False) & (s.cause == "none")  # noqa: E712
               & (s.default_cuts_long_input == True),  # noqa: E712
               en="Every tier up to the wanted {want_ctx} tokens fits, but a request without num_ctx gets the server's "
                  "default context, shorter than that: longer input is cut there silently. Not a memory problem.",
@@ -672,13 +683,13 @@ with ruleset(RULESET):
         S.adopt_largest_fit(st)  # the fix: an explicit, measured context
         S.to_plan(st)
 
-    @_decides(137, CTX_DONE & (s.tier_fit_count > 0),
+    @_decides(138, CTX_DONE & (s.tier_fit_count > 0),
               en="Every context tier fit within the limit.", zh="所有上下文档位都在上限内通过。")
     def all_tiers_fit(st):
         S.adopt_largest_fit(st)
         S.to_plan(st)
 
-    @_decides(138, CTX_DONE, en="The context probe posted no usable tier.", zh="上下文探针没有给出可用的档位。")
+    @_decides(139, CTX_DONE, en="The context probe posted no usable tier.", zh="上下文探针没有给出可用的档位。")
     def context_without_reading(st):
         st["problem"] = "unmeasured"  # not a cause: nothing was measured
         S.to_plan(st)

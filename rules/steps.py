@@ -103,6 +103,7 @@ def initial_state(sid: str, max_steps: int = T.MAX_STEPS) -> dict:
         "last_retest": {},          # the previous retest, what the next one is compared with
         "unmeasured_why": "",       # the latest reason a reading was not a measurement
         "stop_reason": "",          # why the session must end now (a `stop` fact)
+        "trained_ctx": 0,           # the model's trained context, as the context probe read it
         "confirm_failed": False,
         # the session's decisions so far
         "config": {},
@@ -160,6 +161,7 @@ def settle(st: dict) -> None:
     # the complaint is about long input (or says nothing of when), and a request
     # without num_ctx gets less than the wanted context on this server
     default_ctx = st.get("srv_default_ctx") or 0
+    st["want_beyond_trained"] = st["trained_ctx"] > 0 and st["want_ctx"] > st["trained_ctx"]
     st["default_cuts_long_input"] = (st["phase"] in ("long_input", "unknown") and default_ctx > 0
                                      and st["want_ctx"] > default_ctx)
     st["step_limit_reached"] = st["n"] >= st["max_steps"]
@@ -391,6 +393,8 @@ def read_load(st: dict, f: dict, verdict: str) -> None:
 def read_tier(st: dict, f: dict, verdict: str) -> None:
     """verdict: fits / oom / over / crash / truncated / unmeasured."""
     st["tiers_seen"] += 1
+    if f.get("trained_ctx"):
+        st["trained_ctx"] = int(f["trained_ctx"])
     st["tiers"].append({"name": f["name"], "num_ctx": f["num_ctx"], "verdict": verdict, "peak": f.get("peak")})
     if verdict == "fits":
         st["tier_fit_count"] += 1
@@ -799,6 +803,11 @@ ADVICE = {
     "crash": ("A request failed with an error that is not out-of-memory: read the Ollama server log, and update "
               "Ollama or re-pull the model; more memory will not fix it.",
               "请求因非内存不足的错误而失败：请查看 Ollama 服务器日志，升级 Ollama 或重新拉取模型；加内存解决不了。"),
+    "trained_clamp": ("The context you want is longer than the model was trained for: Ollama clamps num_ctx to the "
+                      "trained length without an error and cuts longer input there. No memory setting changes that: "
+                      "use a model trained for longer context, or split the input.",
+                      "你想要的上下文比模型的训练长度还长：Ollama 会把 num_ctx 静默截到训练长度，更长的输入在那里被截断。"
+                      "任何内存设置都改变不了：请换用训练上下文更长的模型，或把输入分段。"),
     "default_truncates": ("The memory is enough for the context you want, but a request that does not set num_ctx "
                           "gets the server's shorter default context and longer input is cut there without an "
                           "error: set the measured context explicitly (the Modelfile's PARAMETER num_ctx, or "

@@ -388,3 +388,13 @@ def test_a_retest_that_regresses_against_the_previous_one_does_not_verify():
     assert trace[-3:] == ["probe:context", "probe:stability", "done"]
     assert final["config"]["max_context_len"] == 4096
     assert final["verified"] is False
+
+
+def test_a_wish_beyond_the_trained_context_is_not_a_memory_problem():
+    fits = [dict(tier("short", 2048, 3 * GiB), trained_ctx=8192), dict(tier("long", 8192, 5 * GiB), trained_ctx=8192)]
+    trace, final = _final([symptom("long_input"), target(want_ctx=16384), DEV],
+                          Script(answers={"keep_context": False}, baseline=[[load()]], context=[fits],
+                                 stability=[passed()]))
+    assert final["cause"] == "not_memory" and final["advice"] == "trained_clamp"
+    assert final["config"]["max_context_len"] == 8192 and final["verified"] is True
+    assert final["unmet"] == ["max_context_len"]
