@@ -69,6 +69,7 @@ def run(args) -> int:
         result = _dispatch(args, world, model)
         payload = {"probe": args.name, "model": model, "host": world.host, "limit": world.limit.bytes,
                    "memory_source": world.selection.reader.name, "device": world.device_fact(),
+                   "server": world.server_fact,
                    **result.to_dict()}
     if args.json:
         sys.stdout.write(json.dumps(payload, default=str) + "\n")

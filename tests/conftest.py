@@ -43,7 +43,7 @@ def _engines() -> list[str]:
 
 
 # the legacy engine's smoke set: the rig itself, the host reader, the second model family
-LEGACY_SMOKE = ("test_rig.py", "test_host_reader.py", "test_gemma_rig.py")
+LEGACY_SMOKE = ("test_rig.py", "test_host_reader.py", "test_gemma_rig.py", "test_memmodel_rig.py")
 
 
 def _legacy_smoke_only() -> bool:
@@ -58,12 +58,17 @@ def pytest_collection_modifyitems(config, items):
     # not skipped, when OOMVET_RIG_VERSION narrows the run to the other engine
     engines = set(_engines())
     smoke_only = _legacy_smoke_only()
+    faults = os.environ.get("OOMVET_FAULTS") == "1"
     keep, drop = [], []
     for item in items:
+        if item.get_closest_marker("faults") is not None and not faults:
+            drop.append(item)  # the fault matrix: OOMVET_FAULTS=1 (see tests/integration/test_faults_rig.py)
+            continue
         callspec = getattr(item, "callspec", None)
         engine = callspec.params.get("rig") if callspec else None
         out = engine is not None and (engine not in engines or
-                                      (engine == "legacy" and smoke_only and item.path.name not in LEGACY_SMOKE))
+                                      (engine == "legacy" and smoke_only and item.path.name not in LEGACY_SMOKE) or
+                                      (engine == "current" and item.get_closest_marker("legacy_only") is not None))
         (drop if out else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -55,6 +55,7 @@ def test_kv_growth_per_token_matches_the_runner_memory_within_10_percent(measure
     assert per_token == pytest.approx(memmodel.kv_bytes_per_token(arch), rel=0.10)
 
 
+@pytest.mark.legacy_only  # the legacy runner's estimate; the current engine's /api/ps is measured
 def test_size_growth_matches_ollamas_own_estimate_within_10_percent(measured):
     arch, _, size, weights = measured
 
@@ -66,6 +67,7 @@ def test_size_growth_matches_ollamas_own_estimate_within_10_percent(measured):
         assert size[ctx] == pytest.approx(predicted(ctx), rel=0.10)
 
 
+@pytest.mark.legacy_only  # the 2048-cell floor is the legacy estimate's; llama-server allocates what it is given
 def test_ollama_estimates_at_least_2048_cells(measured):
     _, rss, size, _ = measured
     assert size[TINY] == size[SMALL]   # the estimate's floor ...

@@ -182,9 +182,9 @@ def test_report_from_a_real_rig_session_has_its_charts_and_tables(rig_report):
     assert html.count("data:image/png;base64,") == len(result["probes"]) >= 4
     for png in re.findall(r"\]\((chart-[^)]+\.png)\)", md):
         assert (out / png).read_bytes().startswith(b"\x89PNG")
-    assert "| short | 2048 |" in md and "| medium | 8192 |" in md
+    assert "| short | 2048 |" in md and "| long | 8192 |" in md
     tiers = [f for f in result["facts"] if f["kind"] == "tier"]
-    assert [(f["name"], f["ok"]) for f in tiers] == [("short", True), ("medium", False)]
+    assert [(f["name"], f["ok"]) for f in tiers] == [("short", True), ("long", False)]
     assert load_config(out / "oomvet.yaml", "en") == doc
 
 

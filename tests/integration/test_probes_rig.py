@@ -58,8 +58,8 @@ def test_context_probe_stops_at_the_first_tier_over_the_budget(rig, weights):
     env = rig_env(rig, limit_bytes=limit)
     result = context.run(env, "neohorse-1:q8_0", tiers=[1024, 4096, 8192], fill=0.3)
     tiers = [(f["name"], f["num_ctx"], f["ok"], f["oom"]) for f in result.facts]
-    assert tiers == [("short", 1024, True, False), ("medium", 4096, False, True)], tiers
-    assert "stopped at tier medium" in result.notes[-1]
+    # 8192 is never loaded: the ladder stops at the first failure (two tiers: short and long)
+    assert tiers == [("short", 1024, True, False), ("long", 4096, False, True)], tiers
 
 
 def test_prompt_longer_than_num_ctx_is_reported_as_truncated_not_memory(rig):
@@ -89,9 +89,10 @@ def test_stability_completes_and_a_too_small_num_predict_is_flagged_shorter(rig)
     fact = first.facts[0]
     assert fact["ok"] and fact["done_reason"] in ("stop", "length") and fact["eval_count"] > 0
     assert not fact["truncated"]
-    second = stability.run(env, config, previous=fact, num_predict=12)
-    assert second.facts[0]["regression"] is True
-    assert any("shorter output" in n for n in second.notes)
+    second = stability.run(env, config, num_predict=12)
+    # the regression is the rules' verdict, from the two raw facts
+    from rules.steps import retest_regressions
+    assert any(w.startswith("shorter output") for w in retest_regressions(second.facts[0], fact))
 
 
 def test_quant_probe_reads_levels_from_the_server_and_checks_coherence(rig):
