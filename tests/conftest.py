@@ -93,6 +93,16 @@ def rig(request):
         pytest.skip(f"integration: the {request.param} rig could not start: {exc}")
 
 
+@pytest.fixture(autouse=True)
+def _language_back_as_it_was():
+    """A test that sets the session language (zh) must not leave it set for the next one."""
+    from assistant import i18n
+
+    before = i18n._current["lang"]
+    yield
+    i18n._current["lang"] = before
+
+
 @pytest.fixture
 def raise_errors(monkeypatch):
     """Under test, let OomvetError propagate instead of being prettified."""

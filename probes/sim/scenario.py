@@ -168,6 +168,8 @@ class _Reader:
         self.source = source
 
     def fail(self, path: str, what: str):
+        # a key may hold a line break: escaped, so the error stays one line
+        path = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in path)
         raise ScenarioError(f"{self.source}: {path + ': ' if path else ''}{what}")
 
     def mapping(self, value: Any, path: str, required=(), optional=()) -> dict:
