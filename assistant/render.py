@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assistant.i18n import catalog, t
+from probes.base import SIZE_KEYS
 from probes.units import fmt_size
 
 COMPACT_BELOW = 100  # columns
@@ -37,8 +38,6 @@ _ROWS = {
     "prompt tokens": ("prompt tokens", "提示 token"), "of": ("of", "共"), "seconds": ("seconds", "秒"),
     "errors": ("errors", "错误数"), "released": ("released", "已释放"),
 }
-#: row keys whose numbers are bytes (formatted however small: a 464 KiB peak is not "475136")
-SIZE_KEYS = {"idle", "after load", "settled", "peak", "ollama size", "limit", "weights"}
 
 MSG = catalog({
     **{f"row.{key}": {"en": en, "zh": zh} for key, (en, zh) in _ROWS.items()},
@@ -126,10 +125,10 @@ def cell(key: str, value: Any) -> str:
         return "—"
     if isinstance(value, bool):
         return t("render.yes" if value else "render.no")
-    if key in SIZE_KEYS and isinstance(value, (int, float)):
-        return fmt_size(value)
     if key == "drift/min" and isinstance(value, (int, float)):
         return t("render.per_min", size=fmt_size(value))
+    if key in SIZE_KEYS and isinstance(value, (int, float)):  # the probes' own list of byte columns
+        return fmt_size(value)
     if key == "where" and value in ("gpu", "partial", "cpu"):
         return t(f"render.where.{value}")
     if isinstance(value, float):
