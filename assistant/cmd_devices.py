@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 
 from rich.console import Console
@@ -18,8 +17,15 @@ from rich.table import Table
 from assistant.i18n import catalog, get_lang, set_lang, t
 from probes.budget import parse_budget, resolve_limit
 from probes.errors import ProbeError, ServerUnreachableError
+from assistant.world import add_world_args, host_from, open_world
 from probes.memory import SOURCE_ORDER, fetch_ps, ollama_estimate, select_reader
+from probes.memory.ollama_ps import LABEL
 from probes.units import fmt_size
+
+#: the label of /api/ps sizes on a server that measures them (llama-server
+#: sums its allocated buffers); still the server's figure, not oomvet's reading
+MEASURED_LABEL = "the server's own measurement"
+
 
 MSG = catalog({
     "cmd_devices.help": {
@@ -72,6 +78,18 @@ MSG = catalog({
         "en": "Ollama's estimate from /api/ps at {host} (not a measurement):",
         "zh": "Ollama 的估算值（来自 {host} 的 /api/ps，不是实测）：",
     },
+    "cmd_devices.ollama_measured": {
+        "en": "What the server measured, from /api/ps at {host} (its buffer totals, not oomvet's reading):",
+        "zh": "服务器自己的实测值（来自 {host} 的 /api/ps，是其缓冲区合计，不是 oomvet 的读数）：",
+    },
+    "cmd_devices.server": {
+        "en": "Server: Ollama {version}, engine {engine}; /api/ps sizes are {sizes}",
+        "zh": "服务器：Ollama {version}，引擎 {engine}；/api/ps 的大小是{sizes}",
+    },
+    "cmd_devices.sizes.measured": {"en": "measurements", "zh": "实测值"},
+    "cmd_devices.sizes.estimate": {"en": "estimates", "zh": "估算值"},
+    "cmd_devices.sizes.None": {"en": "of unknown kind", "zh": "未知类型"},
+    "cmd_devices.unknown": {"en": "unknown", "zh": "未知"},
     "cmd_devices.ollama_model": {
         "en": "  {name}: size {size}, on GPU {vram} ({placement}), context {ctx}",
         "zh": "  {name}：大小 {size}，GPU 上 {vram}（{placement}），上下文 {ctx}",
@@ -92,12 +110,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("devices", help=MSG["cmd_devices.help"]["en"],
                               description=MSG["cmd_devices.help"]["en"] + " / "
                               + MSG["cmd_devices.help"]["zh"])
-    p.add_argument("--memory-source", metavar="NAME", default=None,
-                   help="force one source: " + ", ".join(SOURCE_ORDER))
-    p.add_argument("--budget", metavar="SIZE", default=None,
-                   help="show the limit for this budget: 6GiB, 600MiB, 7.5G or 80%%")
-    p.add_argument("--host", metavar="URL", default=None,
-                   help="Ollama server for its /api/ps estimate (default: $OLLAMA_HOST or 127.0.0.1:11434)")
+    add_world_args(p)  # --host / --rig / --simulate, --budget, --memory-source: the same world as diagnose
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--lang", choices=("en", "zh"), default=None)
     p.set_defaults(run=run)
@@ -106,17 +119,14 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     if getattr(args, "lang", None):
         set_lang(args.lang)
-    budget = parse_budget(args.budget) if args.budget is not None else None
-    selection = select_reader(args.memory_source)
-    host = args.host or os.environ.get("OLLAMA_HOST") or "127.0.0.1:11434"
-    try:
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731  (the rig's progress; stdout stays JSON)
+    if args.rig or args.simulate:
+        report = _world_report(args, log)
+    else:
         try:
-            ps = fetch_ps(host)
+            report = _world_report(args, log)
         except ServerUnreachableError:
-            ps = None
-        report = build_report(selection, budget=budget, ps_models=ps, ollama_host=host)
-    finally:
-        selection.reader.close()
+            report = _local_report(args)  # no server: what this machine has is still worth showing
     if args.json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")
     else:
@@ -124,9 +134,30 @@ def run(args) -> int:
     return 0
 
 
-def build_report(selection, *, budget=None, ps_models=None, ollama_host: str = "") -> dict:
+def _world_report(args, log) -> dict:
+    """The memory source, limit and server exactly as a diagnosis would see them."""
+    with open_world(args, log=log) as world:
+        ps = fetch_ps(world.host)
+        return build_report(world.selection, budget=world.budget, limit=world.limit, ps_models=ps,
+                            ollama_host=world.host, server=world.server_fact)
+
+
+def _local_report(args) -> dict:
+    budget = parse_budget(args.budget) if args.budget is not None else None
+    selection = select_reader(args.memory_source)
+    try:
+        return build_report(selection, budget=budget, ps_models=None, ollama_host=host_from(args))
+    finally:
+        selection.reader.close()
+
+
+def build_report(selection, *, budget=None, limit=None, ps_models=None, ollama_host: str = "",
+                 server: dict | None = None) -> dict:
     """Everything ``devices`` shows, as plain JSON-able data. ``ps_models``
-    None means the Ollama server did not answer."""
+    None means the Ollama server did not answer; ``limit`` one already
+    resolved (else it is resolved here from ``budget``); ``server`` the
+    ``server`` fact (probes/serverinfo.py), which says whether /api/ps sizes
+    are that server's estimate or its own measurement."""
     reader = selection.reader
     info = reader.info()
     reading = reader.read()
@@ -135,18 +166,20 @@ def build_report(selection, *, budget=None, ps_models=None, ollama_host: str = "
     report["reading"] = reading.to_dict()
     report["processes"] = [p.to_dict() for p in reader.processes()]
     try:
-        limit = resolve_limit(budget, info, reading)
+        limit = limit if limit is not None else resolve_limit(budget, info, reading)
         report["limit"] = limit.to_dict()
     except ProbeError as exc:
         report["limit"] = {"bytes": None, "source": None, "note": str(exc), "note_zh": str(exc),
                            "error": True}
     report["budget"] = None if budget is None else budget.text
-    report["ollama"] = {
-        "host": ollama_host,
-        "reachable": ps_models is not None,
-        "label": "Ollama's estimate",
-        "models": [e.to_dict() for e in ollama_estimate(ps_models or [])],
-    }
+    report["server"] = server
+    sizes = (server or {}).get("sizes")
+    models = [e.to_dict() for e in ollama_estimate(ps_models or [])]
+    label = MEASURED_LABEL if sizes == "measured" else LABEL
+    for m in models:
+        m["label"] = label
+    report["ollama"] = {"host": ollama_host, "reachable": ps_models is not None, "sizes": sizes,
+                        "label": label, "models": models}
     return report
 
 
@@ -191,11 +224,18 @@ def render(report: dict, lang: str | None = None, width: int = 100) -> str:
         note = limit["note_zh"] if lang == "zh" and limit.get("note_zh") else limit["note"]
         console.print(t("cmd_devices.limit", lang, note=note))
 
+    server = report.get("server")
+    if server:
+        unknown = t("cmd_devices.unknown", lang)
+        console.print(t("cmd_devices.server", lang, version=server.get("version") or unknown,
+                        engine=server.get("engine") or unknown,
+                        sizes=t(f"cmd_devices.sizes.{server.get('sizes')}", lang)))
     ollama = report["ollama"]
     if not ollama["reachable"]:
         console.print(t("cmd_devices.ollama_unreachable", lang, host=ollama["host"]))
     else:
-        console.print(t("cmd_devices.ollama", lang, host=ollama["host"]))
+        head = "cmd_devices.ollama_measured" if ollama.get("sizes") == "measured" else "cmd_devices.ollama"
+        console.print(t(head, lang, host=ollama["host"]))
         if not ollama["models"]:
             console.print(t("cmd_devices.ollama_none", lang))
         for m in ollama["models"]:

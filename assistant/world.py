@@ -55,8 +55,10 @@ def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = Fa
     parser.add_argument("--rig-version", metavar="V",
                         help="with --rig: 0.34.4 (current engine, default) or 0.11.4 (legacy); $OOMVET_RIG_VERSION")
     parser.add_argument("--budget", help="memory cap for the model: 6GiB, 600MiB, 7.5G or 80%% of the device")
-    parser.add_argument("--memory-source", choices=("nvml", "nvidia-smi", "rocm-smi", "host"),
-                        help="force one memory source (default: the first that works)")
+    # no argparse choices: select_reader() refuses a wrong name with the reason
+    # (e.g. why /api/ps is not a measurement), in one line
+    parser.add_argument("--memory-source", metavar="NAME",
+                        help="force one memory source: nvml, nvidia-smi, rocm-smi or host (default: the first that works)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a probe gives up (default 900)")
     parser.add_argument("--hz", type=float, default=20.0, help="memory readings per second while sampling (default 20)")
     parser.add_argument("--server-log", metavar="PATH",

@@ -115,3 +115,28 @@ def test_cli_bad_memory_source_is_one_line_exit_2(capsys, monkeypatch, source, w
     assert rc == 2 and out == ""
     assert err.startswith("oomvet: ") and words in err.splitlines()[0]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("scenario, engine, sizes, head", [
+    ("scenarios/weights.yaml", "runner", "estimate", "Ollama's estimate from /api/ps"),
+    ("scenarios/kv_cache_current.yaml", "llama-server", "measured", "What the server measured, from /api/ps"),
+])
+def test_cli_on_a_world_says_which_server_and_what_its_sizes_are(capsys, scenario, engine, sizes, head):
+    """``devices`` opens the same world as ``diagnose``: the simulator's fake
+    NVML is the source, and the server fact says whether /api/ps measures."""
+    rc = main(["devices", "--simulate", scenario, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["selected"] == "nvml"
+    assert data["server"]["engine"] == engine and data["server"]["sizes"] == sizes
+    assert data["ollama"]["reachable"] and data["ollama"]["host"] == data["ollama"]["host"].rstrip("/")
+    rc = main(["devices", "--simulate", scenario])
+    text = capsys.readouterr().out
+    assert rc == 0 and head in text and f"engine {engine}" in text
+
+
+def test_a_measured_label_follows_the_server_fact():
+    report = _gpu_report(ps_models=PS[:1], server={"sizes": "measured", "version": "0.34.4",
+                                                   "engine": "llama-server"})
+    assert report["ollama"]["models"][0]["label"] == "the server's own measurement"
+    assert "Server: Ollama 0.34.4, engine llama-server; /api/ps sizes are measurements" in render(report, "en")
+    assert "服务器：Ollama 0.34.4，引擎 llama-server；/api/ps 的大小是实测值" in render(report, "zh")

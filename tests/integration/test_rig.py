@@ -6,7 +6,7 @@ import pytest
 
 from probes import baseline
 from probes.ollama_api import Ollama
-from probes.rig import TAGS
+from probes.rig import CURRENT_VERSION, TAGS
 from tests.integration.helpers import KV_PER_TOKEN, MiB, rig_env
 
 pytestmark = pytest.mark.integration
@@ -16,6 +16,21 @@ def test_rig_serves_the_pinned_version_on_a_private_port(rig):
     api = Ollama(rig.host)
     assert api.version() == rig.version
     assert not rig.host.endswith(":11434")
+
+
+def test_devices_on_the_rig_names_the_server_and_the_source(rig, capsys):
+    """``oomvet devices --rig``: the engine the rig runs, and /api/ps's kind."""
+    import json
+
+    from assistant.cli import main
+
+    assert main(["devices", "--rig", "--rig-version", rig.version, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["server"]["version"] == rig.version and data["server"]["local"] is True
+    engine = "llama-server" if rig.version == CURRENT_VERSION else "runner"
+    assert data["server"]["engine"] == engine
+    assert data["ollama"]["sizes"] == ("measured" if engine == "llama-server" else "estimate")
+    assert data["selected"] == "host" and data["ollama"]["reachable"]
 
 
 @pytest.mark.parametrize("tag,level", sorted(TAGS.items()))
