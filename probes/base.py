@@ -202,6 +202,11 @@ def _cell(value, key: str = "") -> str:
     return str(value)
 
 
+def over_limit_text(peak: int | None, limit: int | None) -> str:
+    """The error of a load or request whose measured peak went over the limit."""
+    return f"out of memory: peak {fmt_size(peak)} is over the limit of {fmt_size(limit)}"
+
+
 @dataclass
 class Step:
     """One sampled step: the idle reading, then everything the sampler saw.
@@ -289,7 +294,7 @@ class Step:
         return self.limit_bytes is not None and peak is not None and peak > self.limit_bytes
 
     def over_limit_text(self) -> str:
-        return f"out of memory: peak {fmt_size(self.peak)} is over the limit of {fmt_size(self.limit_bytes)}"
+        return over_limit_text(self.peak, self.limit_bytes)
 
     def reading(self) -> dict:
         """The fields every measurement fact carries about its own health."""

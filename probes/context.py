@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_window,
+from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_window, over_limit_text,
                          restoring, sampled, server_settings, spill_error, timed)
 from probes import predict, sanity, search
 from probes.calibrate import Calibration
@@ -227,7 +227,7 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
         placement = loaded.placement if loaded else None
         spilled = spill_error(env, model) if load.ok else None
         gen = None
-        after_first = None
+        after_first = fill_peak = None
         if load.ok and not spilled and not step.over_limit():  # over at load: the load is the OOM
             step.mark("request")
             gen = env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
@@ -238,35 +238,44 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
                 # to the next of the same size; the first request may touch buffers that
                 # then stay mapped (host RSS), which is not a leak
                 after_first = step.now()
+                # the tier's peak is the fill's: on llama-server a second, different
+                # prompt makes the server copy the first one's KV into its host-RAM
+                # prompt cache (--cache-ram), which this tier must not be charged for
+                fill_peak = step.peak
                 step.mark("request 2")
                 env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
                 env.sleep(0.5, deadline)
         after = step.now()
     if load.ok:
         env.unload(model)
+    # None: unmeasured (never 0), with the reason beside it
+    window_peak = step.peak
+    peak = fill_peak if fill_peak is not None and window_peak is not None else window_peak
+    over = step.limit_bytes is not None and peak is not None and peak > step.limit_bytes
     failure = failure_fields(load if not load.ok else gen, window, "load" if not load.ok else "request")
     error = load.error if not load.ok else (spilled or (gen.error if gen is not None and not gen.ok else None))
-    oom = bool(failure.get("oom")) or bool(spilled) or step.over_limit()
-    if step.over_limit() and not error:
-        error = step.over_limit_text()
-    ok = load.ok and gen is not None and gen.ok and not step.over_limit()
+    oom = bool(failure.get("oom")) or bool(spilled) or over
+    if over and not error:
+        error = over_limit_text(peak, step.limit_bytes)
+    ok = load.ok and gen is not None and gen.ok and not over
     evaluated = gen.prompt_eval_count if gen is not None and gen.ok else None
     truncated = evaluated is not None and evaluated < sent * (1 - TRUNCATION_SLACK)
     measured = step.measured
-    peak = step.peak  # None: unmeasured (never 0), with the reason beside it
     fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "model": model, "prompt_tokens": evaluated,
             "sent_tokens": sent, "peak": peak, "back_to_baseline": None, "ok": ok, "error": error,
-            "truncated": truncated, "placement": placement, "over_limit": bool(step.over_limit()),
+            "truncated": truncated, "placement": placement, "over_limit": over,
             "ps_size": loaded.size_bytes if loaded else None,  # Ollama's own figure (estimate or measured by version)
             # after load, after the first and after the second request of the same
             # size: the rules judge from these whether memory was released between requests
             "loaded_bytes": loaded_level if load.ok and measured else None,
             "after_first_bytes": after_first if measured else None,
             "after_second_bytes": after if after_first is not None and measured else None,
+            # the peak through the second request too, when there was one
+            "second_request_peak": window_peak if fill_peak is not None else None,
             **failure, "oom": oom, **step.reading()}
     result.charts.append(step.chart())
     result.facts.append(fact)
     result.rows.append({"num_ctx": num_ctx, "sent tokens": sent, "evaluated": evaluated,
-                        "after load": fact["loaded_bytes"], "peak": step.peak,
+                        "after load": fact["loaded_bytes"], "peak": peak,
                         "truncated": truncated, "ok": ok, "error": (error or "")[:60] or None})
     return fact

@@ -126,6 +126,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "loaded_bytes": _f(int, _NONE, required=False),
         "after_first_bytes": _f(int, _NONE, required=False),
         "after_second_bytes": _f(int, _NONE, required=False),
+        # the peak through that second request; the tier's own peak is the fill's
+        # (on llama-server the second prompt adds the first to its host-RAM prompt cache)
+        "second_request_peak": _f(int, _NONE, required=False),
         "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
         "oom_marker": _f(str, _NONE, required=False),
     },

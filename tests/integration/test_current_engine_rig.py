@@ -170,3 +170,22 @@ def test_kv_offload_switch_reaches_llama_server_through_its_environment(rig):
     finally:
         api.unload_all()
         rig.server.restart({"LLAMA_ARG_KV_OFFLOAD": None})
+
+
+def test_a_second_prompt_fills_llama_servers_prompt_cache_and_the_tier_keeps_the_fills_peak(rig):
+    """llama-server keeps the previous prompt's KV in a host-RAM prompt cache
+    (``--cache-ram``, 8192 MiB by default) once a different prompt arrives. The
+    context probe's first tier sends two prompts (the release check); its peak
+    is the fill's, so the tiers stay comparable and grow with num_ctx, and the
+    second prompt's rise is kept beside it as ``second_request_peak``."""
+    from probes import context
+    from tests.integration.helpers import KV_PER_TOKEN, rig_env
+
+    result = context.run(rig_env(rig), "neohorse-1:q8_0", tiers=[2048, 2304])
+    short, medium = sorted(result.facts, key=lambda f: f["num_ctx"])
+    assert short["measured"] and medium["measured"], result.notes
+    assert medium["peak"] >= short["peak"], (fmt_size(short["peak"]), fmt_size(medium["peak"]))
+    rise = short["second_request_peak"] - short["peak"]
+    cached = KV_PER_TOKEN * short["prompt_tokens"]  # the first prompt's KV, copied into the cache
+    assert 0.5 * cached <= rise <= 1.5 * cached, (fmt_size(rise), fmt_size(cached))
+    assert medium["second_request_peak"] is None  # one prompt only past the first tier
