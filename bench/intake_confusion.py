@@ -6,6 +6,7 @@ confusion table (rows: labelled phase, columns: what the parser read).
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -31,4 +32,7 @@ def main(part: str = "heldout") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:2])
+    parser = argparse.ArgumentParser(description="intake accuracy and phase confusion on the labelled corpus")
+    parser.add_argument("part", nargs="?", default="heldout", choices=("heldout", "dev"),
+                        help="heldout (every held-out batch, the default) or dev")
+    main(parser.parse_args().part)

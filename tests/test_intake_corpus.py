@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.intake_table import CORPUS_FIELDS, load_corpus, score
+from tests.intake_table import CORPUS_FIELDS, load_batch, load_corpus, score
 
 GOAL = 0.95
 
@@ -17,10 +17,11 @@ def strict(monkeypatch):
     monkeypatch.setenv("OOMVET_RAISE", "1")
 
 
-def test_the_split_is_the_fixed_seventy_thirty_rule():
+def test_the_first_batch_is_split_seventy_thirty_and_no_message_is_on_both_sides():
+    first_dev, first_held = load_batch("dev"), load_batch("heldout")
+    assert len(first_dev) + len(first_held) >= 150
+    assert 0.28 <= len(first_held) / (len(first_dev) + len(first_held)) <= 0.32
     dev, held = load_corpus("dev"), load_corpus("heldout")
-    assert len(dev) + len(held) >= 150
-    assert 0.28 <= len(held) / (len(dev) + len(held)) <= 0.32
     assert not {r["text"] for r in dev} & {r["text"] for r in held}
 
 
@@ -33,15 +34,21 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
         assert row["phase"] == follows.get(row["when"]) or row["when"] == "unknown" and row["phase"] == of_what[row["what"]]
 
 
-# Measured, not tuned: the held-out budget was 49/52 (94.2%) at its first scoring
-# (11:00 UTC on 2026-12-01), below the goal. Fixing it from the held-out misses
-# would make the figure meaningless; it needs new dev messages and a fresh
-# held-out part. strict: the mark must go when the figure reaches the goal.
-_SHORT_OF_GOAL = {"budget"}
+# Measured, not tuned. The first batch's held-out budget was 49/52 (94.2%) at
+# its first scoring (11:00 UTC on 2026-12-01). The intake was then tuned on a
+# second dev batch (dev2.yaml) and scored once on a second held-out batch
+# (heldout2.yaml, 36 messages written by a helper that never saw the parser):
+# when 28/36, what 32/36, phase 27/36, budget 28/36. Over both held-out
+# batches: when 79/88 (89.8%), what 83/88 (94.3%), phase 78/88 (88.6%),
+# budget 77/88 (87.5%); every other field >= 96.6%. The intake follows its
+# authors' phrasing more than people's; fixing it from held-out misses would
+# make the figure meaningless, so it needs more dev messages from other
+# writers. strict: a mark must go when its field reaches the goal.
+_SHORT_OF_GOAL = {"when": "89.8%", "what": "94.3%", "phase": "88.6%", "budget": "87.5%"}
 
 
 @pytest.mark.parametrize("field", [
-    pytest.param(f, marks=pytest.mark.xfail(strict=True, reason="held-out budget 94.2%, below the 95% goal"))
+    pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=f"held-out {f} {_SHORT_OF_GOAL[f]}, below the 95% goal"))
     if f in _SHORT_OF_GOAL else f
     for f in CORPUS_FIELDS
 ])

@@ -402,8 +402,8 @@ def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list
         bare = name.rsplit("/", 1)[-1].lower()
         if bare in _NOT_MODEL_NAMES or tag.isdigit() or re.fullmatch(r"[\d.]+", name):
             continue
-        if re.fullmatch(r"\d+(?:\.\d+)?\s*(?:g|gb|gib|m|mb|mib)", tag, _I):
-            continue  # "VRAM:8GB"
+        if re.fullmatch(r"\d+(?:\.\d+)?\s*(?:g|gb|gib|mb|mib)", tag, _I):
+            continue  # "VRAM:8GB" (a bare "m" is a model size: smollm2:360m, gemma3:270m)
         spans.append(m.span())
         found = found or _tidy_model(name, tag)
     if found:
@@ -614,10 +614,14 @@ _UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "mega
                "meg": "m", "megs": "m", "兆": "m"}
 _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|video memory|of vram|of gpu memory|"
               r"of video memory|gpu memory|unified memory|统一内存|mac|across (?:two|both|\d+|several) (?:cards|gpus))")
-_GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|unified memory|统一内存)\s*(?:大小|容量|总共|一共)?\s*"
-               r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
-_FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:free|available|left|可用|剩余|空闲|能用|可以用)")
-_FREE_BEFORE = (r"(?:剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|最多(?:用|给)?|不超过|free|available|only may use|may use|can use|at most|no more than|up to)"
+_GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unified memory|统一内存)\s*(?:大小|容量|总共|一共|上限|最大)?\s*"
+               r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|have|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
+_FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:of\s+)?(?:free|available|left|headroom|spare|"
+               r"(?:is\s+|are\s+)?usable|可用|剩余|空闲|能用|可以用)")
+_FREE_BEFORE = (r"(?:剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|"
+                r"最多(?:只能)?(?:用|给|占)?|只能(?:用|占)|只用|(?:不能|不要|别|不可以)?超过|不超过|free|available|"
+                r"only may use|may use|can use|at most|no more than|up to|fit (?:in|into|within|under)|"
+                r"(?:keep|stay|stays|kept)\s+(?:it\s+|ollama\s+|the model\s+)?(?:under|below|within))"
                 r"\s*(?:显存|vram)?\s*(?:只有|有|是|大概|约|:|=|only|just|is|about)?\s*")
 _BUDGET_WORD = r"(?:--budget|budget|预算|限制在|限制为|limit(?:ed)? to|cap(?:ped)? at|capped to)\s*(?:of|to|is|=|:)?\s*"
 _BUDGET_PATTERNS = [

@@ -90,6 +90,6 @@ def test_a_pty_chat_reaches_a_verified_config_without_asking_what_the_message_sa
         assert question not in screen, f"asked again: {question}\n{screen[-4000:]}"
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert doc["model"] == "neohorse-1:q8_0" and doc["verified"] is True, screen[-4000:]
-    assert doc["diagnosis"]["cause"] == "kv_cache"
+    assert doc["diagnosis"]["cause"] == "kv_cache", screen[-4000:]
     assert ("诊断：" if lang == "zh" else "Diagnosis:") in screen
     assert rc == 0, screen[-4000:]

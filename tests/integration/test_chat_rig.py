@@ -52,9 +52,6 @@ def test_zh_weights_session_picks_a_lower_bit_tag(rig, sizes, tmp_path):
     print(screen)
 
 
-@pytest.mark.xfail(reason="open: on the current engine with the context search this session does not end in "
-                          "the kv_cache diagnosis; its budget was set from v0.11.4's figures (not yet retuned)",
-                   strict=False)
 def test_en_kv_cache_session_recommends_the_largest_context_that_fit(rig, sizes, tmp_path):
     budget = int(sizes["q8_0_short_peak"] / 0.95) + 12 * MiB  # 2048 fits; 4096 adds 45 MiB of KV cache
     rc, screen = run_chat(
@@ -66,7 +63,9 @@ def test_en_kv_cache_session_recommends_the_largest_context_that_fit(rig, sizes,
     assert "Diagnosis: the KV cache grows with context and overflows the limit." in screen, screen
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "kv_cache"
-    assert doc["max_context_len"] == 2048 and doc["verified"] is True
+    # the search proves the largest multiple of 256 that fits: 2048 at least, never the 8192 that failed
+    assert 2048 <= doc["max_context_len"] < 8192 and doc["verified"] is True, doc
+    assert "max_context_len" in doc["unmet"]
     assert rc == 0
     print(screen)
 
