@@ -44,6 +44,28 @@ MSG = catalog({
     },
 })
 
+def check_out_dir(out_dir: os.PathLike | str, lang: str | None = None) -> None:
+    """Refuse, in one line and before anything is measured, an output folder
+    the files could not be written into later: a file in its place, or a folder
+    (or the nearest existing parent of a new one) this user cannot write.
+    Creates nothing; :meth:`AtomicWriter.write` still handles what changes
+    meanwhile (a disk that fills up)."""
+    out = Path(out_dir)
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise UsageError(t("atomic.not_a_folder", lang, path=out))
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise UsageError(t("atomic.cannot_write", lang, path=out, reason="permission denied"))
+        return
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(t("atomic.cannot_create", lang, path=out, reason=f"{parent} is not a folder"))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(t("atomic.cannot_create", lang, path=out, reason=f"{parent} is not writable"))
+
+
 _TMP_PREFIX = ".oomvet-tmp-"
 _OLD_PREFIX = ".oomvet-old-"
 

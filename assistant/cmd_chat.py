@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from assistant.atomic import check_out_dir
 from assistant.deliver import deliver
 from assistant.i18n import catalog, set_lang, t
 from assistant.intake import parse as parse_intake
@@ -67,6 +68,7 @@ def run(args, console: Console | None = None, stream=None) -> int:
     console = console or Console()
     if args.lang:
         set_lang(args.lang)
+    check_out_dir(args.out)  # refused before the conversation, not after the measurements
     ui = ChatUI(console, stream=stream, auto=args.auto, lang=args.lang)
     console.print(Text(t("chat.hello"), style="bold"))
     try:

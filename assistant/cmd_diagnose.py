@@ -13,6 +13,7 @@ import sys
 from rich.console import Console
 
 from assistant.answers import load_answers
+from assistant.atomic import check_out_dir
 from assistant.i18n import catalog, set_lang, t
 from assistant.journal import open_log, tracking
 from assistant.intake import parse as parse_intake
@@ -52,6 +53,7 @@ def run(args) -> int:
     if not model:
         from assistant.errors import UsageError
         raise UsageError(t("diagnose.model"))
+    check_out_dir(args.out)  # a folder the files cannot go to is refused before minutes of measuring
     err = Console(stderr=True)
     ui = AutoUI(answers, console=err, quiet=False)
     intake = parse_intake(answers.get("symptom") or "")

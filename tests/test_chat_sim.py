@@ -85,3 +85,15 @@ def test_the_transcript_is_kept_as_langchain_messages_and_lands_in_the_report(tm
     report = (tmp_path / "report.md").read_text()
     assert "user: neohorse-1:q4_K_M crashes with long prompts at 32k context" in report
     assert "assistant: " in report
+
+
+def test_an_output_path_that_is_a_file_is_refused_before_the_conversation(tmp_path, capsys, monkeypatch):
+    from assistant.cli import main
+
+    monkeypatch.delenv("OOMVET_RAISE", raising=False)
+    blocker = tmp_path / "out"
+    blocker.write_text("a file")
+    assert main(["chat", "--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(blocker)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("oomvet: cannot write to ") and "is not a folder" in err
+    assert blocker.read_text() == "a file"

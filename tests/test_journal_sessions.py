@@ -127,7 +127,22 @@ def test_report_of_an_unfinished_session_points_at_resume(finished, capsys):
     assert f"oomvet resume {row['id']}" in capsys.readouterr().err
 
 
-def test_an_unwritable_output_folder_keeps_the_session_for_report(tmp_path, capsys):
+def test_a_file_in_place_of_the_output_folder_is_refused_before_anything_is_measured(tmp_path, capsys):
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the folder should be")
+    code = main(["diagnose", "--simulate", str(SCENARIO), "--answers", str(ANSWERS), "--settle", "0.2",
+                 "--out", str(blocker)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is not a folder" in err, err
+    assert not (Path(os.environ["OOMVET_STATE_DIR"]) / DB_NAME).exists()  # no session was started
+    assert blocker.read_text() == "a file where the folder should be"
+
+
+def test_an_output_folder_that_breaks_during_the_session_keeps_it_for_report(tmp_path, capsys, monkeypatch):
+    # the folder was fine when the session started, and became a file meanwhile
+    import assistant.cmd_diagnose
+
+    monkeypatch.setattr(assistant.cmd_diagnose, "check_out_dir", lambda out: None)
     blocker = tmp_path / "out"
     blocker.write_text("a file where the folder should be")
     code = main(["diagnose", "--simulate", str(SCENARIO), "--answers", str(ANSWERS), "--settle", "0.2",
