@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 import httpx
 import ollama
 
+from probes.deadline import Overdue, within
 from probes.errors import ModelNotFoundError, ProbeError, ServerUnreachableError
 
 # one classifier for both engines' error texts (probes/oomtext.py); re-exported for callers
@@ -103,6 +104,7 @@ class Ollama:
 
     def __init__(self, host: str, timeout_s: float = 600.0, client: ollama.Client | None = None):
         self.host = host.rstrip("/")
+        self.timeout_s = timeout_s
         self.client = client or ollama.Client(host=self.host, timeout=timeout_s)
 
     # -- reading -------------------------------------------------------------
@@ -212,25 +214,28 @@ class Ollama:
         failed Generation with Ollama's text and status."""
         started = time.monotonic()
         parts: list[str] = []
-        last = None
-        try:
-            stream: Iterable = self._call(lambda: self.client.generate(
-                model=model, prompt=prompt, options=dict(options or {}), keep_alive=keep_alive, stream=True))
-            for chunk in stream:
-                if chunk.response:
-                    parts.append(chunk.response)
-                    if on_token:
-                        on_token(chunk.response)
-                last = chunk
-        except ollama.ResponseError as exc:
-            return Generation(ok=False, text="".join(parts), status=exc.status_code, error=exc.error,
-                              duration_s=time.monotonic() - started)
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            return Generation(ok=False, text="".join(parts), status=None, error=f"connection dropped: {exc}",
-                              duration_s=time.monotonic() - started)
-        return Generation(ok=True, text="".join(parts), done_reason=last.done_reason if last else None,
-                          prompt_eval_count=last.prompt_eval_count if last else None,
-                          eval_count=last.eval_count if last else None, duration_s=time.monotonic() - started)
+
+        def consume() -> Generation:
+            last = None
+            try:
+                for chunk in self.client.generate(model=model, prompt=prompt, options=dict(options or {}),
+                                                  keep_alive=keep_alive, stream=True):
+                    if chunk.response:
+                        parts.append(chunk.response)
+                        if on_token:
+                            on_token(chunk.response)
+                    last = chunk
+            except ollama.ResponseError as exc:
+                return Generation(ok=False, text="".join(parts), status=exc.status_code, error=exc.error,
+                                  duration_s=time.monotonic() - started)
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                return Generation(ok=False, text="".join(parts), status=None, error=f"connection dropped: {exc}",
+                                  duration_s=time.monotonic() - started)
+            return Generation(ok=True, text="".join(parts), done_reason=last.done_reason if last else None,
+                              prompt_eval_count=last.prompt_eval_count if last else None,
+                              eval_count=last.eval_count if last else None, duration_s=time.monotonic() - started)
+
+        return self._call(consume)  # the whole stream within the timeout, not each chunk
 
     def siblings(self, model: str) -> list[str]:
         """Other tags of the same model name on the server (``ollama list | grep NAME:``)."""
@@ -241,8 +246,14 @@ class Ollama:
                 if canonical_name(n).rsplit(":", 1)[0] == base and not self.same_model(n, model, digests)]
 
     def _call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` (one request to the server) finished within ``timeout_s`` in
+        all, with the client's errors as oomvet's. httpx bounds each read, so a
+        reply dripping a few bytes at a time would never time out there."""
         try:
-            return fn()
+            return within(fn, self.timeout_s)
+        except Overdue:
+            raise ServerUnreachableError(f"the Ollama server at {self.host} did not finish a reply within "
+                                         f"{self.timeout_s:g} s (--timeout)") from None
         except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ServerUnreachableError(f"no Ollama server answers at {self.host}",
                                          hint="start it with `ollama serve`, or pass --host URL") from exc

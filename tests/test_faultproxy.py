@@ -135,6 +135,29 @@ def test_drip_delivers_everything_slowly(upstream):
             httpx.get(p.url + "/api/ps", timeout=0.3)
 
 
+def test_a_reply_that_drips_past_the_timeout_ends_the_call_in_time(upstream):
+    """httpx bounds each read; a reply that keeps dripping bytes faster than
+    that would never time out. The Ollama wrapper bounds the whole reply."""
+    from probes.errors import ServerUnreachableError
+    from probes.memory.ollama_ps import OllamaPsReader
+    from probes.ollama_api import Ollama
+
+    with FaultProxy(target=upstream, mode="drip", drip_bytes=4, drip_interval_s=0.1) as p:
+        api = Ollama(p.url, timeout_s=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(ServerUnreachableError, match=r"did not finish a reply within 1 s"):
+            api.generate("neohorse:q8", "hello")
+        assert time.monotonic() - t0 < 2.0
+        with pytest.raises(ServerUnreachableError, match=r"within 1 s"):
+            api.ps()
+        # /api/ps as the memory source of a remote server: a dripping reply is a failed reading
+        t0 = time.monotonic()
+        assert OllamaPsReader(p.url).read().used_bytes is None
+        assert time.monotonic() - t0 < 4.0
+    fast = Ollama(f"http://{upstream}", timeout_s=1.0).generate("neohorse:q8", "hello")
+    assert fast.ok and fast.text.startswith("word0 ")
+
+
 def test_mode_can_change_while_running(upstream):
     with FaultProxy(target=upstream) as p:
         assert httpx.get(p.url + "/api/ps").status_code == 200

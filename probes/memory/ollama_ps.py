@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
+from probes.deadline import Overdue, within
 from probes.errors import ServerUnreachableError
 from probes.memory.base import DeviceInfo, ProcessUsage, Reading
 
@@ -86,7 +87,10 @@ def fetch_ps(host: str | None = None, *, client: Any = None, timeout_s: float = 
         if client is None:
             import ollama
             client = ollama.Client(host=host, timeout=timeout_s)
-        response = client.ps()
+        response = within(client.ps, timeout_s)  # the whole reply, not each read: a drip ends too
+    except Overdue:
+        raise ServerUnreachableError(f"Ollama at {host or 'the default Ollama host'} did not finish /api/ps "
+                                     f"within {timeout_s:g} s", hint="check the server, or pass --host") from None
     except Exception as exc:  # noqa: BLE001 - httpx/ollama errors vary by version
         where = host or "the default Ollama host"
         raise ServerUnreachableError(f"Ollama at {where} did not answer /api/ps: {exc}",

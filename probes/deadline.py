@@ -1,0 +1,37 @@
+"""One call to a server, finished within a deadline in all.
+
+httpx bounds each read of a reply, so a reply that keeps dripping a few bytes
+at a time never times out there; :func:`within` bounds the whole call.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+
+class Overdue(Exception):
+    """A call ran past its whole-reply deadline."""
+
+
+def within(fn: Callable[[], Any], limit_s: float | None) -> Any:
+    """``fn()``, or :class:`Overdue` once ``limit_s`` seconds have passed. The
+    call runs in a daemon thread that is left to end with its connection; the
+    caller goes on at once (and, in the main thread, still gets Ctrl-C)."""
+    if not limit_s or limit_s <= 0:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="server-call", daemon=True)
+    worker.start()
+    worker.join(limit_s)
+    if worker.is_alive():
+        raise Overdue()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
