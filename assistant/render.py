@@ -36,7 +36,8 @@ _ROWS = {
     "coherent": ("coherent", "连贯"), "issues": ("issues", "问题"), "parallel": ("parallel", "并发"),
     "tokens": ("tokens", "生成 token"), "done": ("done", "结束原因"), "status": ("status", "状态"),
     "prompt tokens": ("prompt tokens", "提示 token"), "of": ("of", "共"), "seconds": ("seconds", "秒"),
-    "errors": ("errors", "错误数"), "released": ("released", "已释放"),
+    "errors": ("errors", "错误数"), "released": ("released", "已释放"), "predicted": ("predicted", "预测"),
+    "agreement": ("agreement", "首选词一致率"), "kl": ("kl", "KL 散度"),
 }
 
 MSG = catalog({
@@ -91,6 +92,8 @@ MSG = catalog({
     "quant.predicted_over": {"en": "{tag}: not loaded: predicted to peak at {peak}, over the limit with margin "
                                    "({limit})",
                              "zh": "{tag}：未加载：预测峰值 {peak}，超过留余量后的上限（{limit}）"},
+    "probe.spilled": {"en": "spilled to the CPU: only {vram} of {size} on the GPU",
+                      "zh": "溢出到 CPU：{size} 中只有 {vram} 在 GPU 上"},
     "backend.weights_alone": {"en": "weights alone (num_ctx {ctx}): {peak} — a diagnostic, not a setting to use",
                               "zh": "仅权重（num_ctx {ctx}）：{peak} —— 仅作诊断，不是可用的设置"},
     "backend.restart": {"en": "{assigns} ollama serve   (systemd: `systemctl edit ollama` -> [Service] "
@@ -125,6 +128,10 @@ def cell(key: str, value: Any) -> str:
         return "—"
     if isinstance(value, bool):
         return t("render.yes" if value else "render.no")
+    if isinstance(value, (list, tuple)):  # a probe's issues: notes, each in the language
+        return "; ".join(note(v) if isinstance(v, str) else str(v) for v in value) or "—"
+    if isinstance(value, str) and getattr(value, "key", None) is not None:
+        return note(value)
     if key == "drift/min" and isinstance(value, (int, float)):
         return t("render.per_min", size=fmt_size(value))
     if key in SIZE_KEYS and isinstance(value, (int, float)):  # the probes' own list of byte columns

@@ -23,6 +23,7 @@ from probes.ollama_api import Loaded, Ollama, canonical_name
 from probes import sanity
 from probes.sampler import Sampler
 from probes.server import ForeignServer, ServerControl
+from probes.notes import Note
 from probes.units import fmt_size
 
 #: How close to the idle level a reading must come after an unload before the
@@ -402,8 +403,7 @@ def spill_error(env: ProbeEnv, model: str) -> str | None:
     loaded = env.api.loaded(model)
     if loaded is None or loaded.placement == "gpu":
         return None
-    return (f"spilled to the CPU: only {fmt_size(loaded.size_vram_bytes)} of {fmt_size(loaded.size_bytes)} "
-            f"on the GPU")
+    return Note("probe.spilled", vram=fmt_size(loaded.size_vram_bytes), size=fmt_size(loaded.size_bytes))
 
 
 def timed(fn):

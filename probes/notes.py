@@ -29,6 +29,7 @@ TEXT = {
                         "not from tag names)",
     "quant.no_logprobs": "the server returns no token log-probabilities: coherence is judged on the text",
     "quant.predicted_over": "{tag}: not loaded: predicted to peak at {peak}, over the limit with margin ({limit})",
+    "probe.spilled": "spilled to the CPU: only {vram} of {size} on the GPU",
     "backend.weights_alone": "weights alone (num_ctx {ctx}): {peak} — a diagnostic, not a setting to use",
     "backend.restart": "{assigns} ollama serve   (systemd: `systemctl edit ollama` -> [Service] Environment=...; "
                        "then restart)",
