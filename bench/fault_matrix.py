@@ -193,7 +193,11 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 150) -> dict:
     after = sorted((m.name, m.context_length) for m in Ollama(rig.host).ps())
     if case.state == "full":  # the user frees space; then the journal must be whole and resumable
         subprocess.run(["mount", "-o", "remount,size=4m", str(state)], check=True)
+    began = (state / "journal.sqlite3").exists()  # before _journal_ok, which opens (and so creates) it
     journal_ok, journal_note = _journal_ok(state / "journal.sqlite3")
+    if not began and proc.returncode == 2 and lines:
+        # bad input refused in one line before a session began: there is nothing to lose
+        journal_ok, journal_note = True, "refused before a session started"
     partial = _partial(out)
     for m in mounts:
         _umount(m)

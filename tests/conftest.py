@@ -58,12 +58,8 @@ def pytest_collection_modifyitems(config, items):
     # not skipped, when OOMVET_RIG_VERSION narrows the run to the other engine
     engines = set(_engines())
     smoke_only = _legacy_smoke_only()
-    faults = os.environ.get("OOMVET_FAULTS") == "1"
     keep, drop = [], []
     for item in items:
-        if item.get_closest_marker("faults") is not None and not faults:
-            drop.append(item)  # the fault matrix: OOMVET_FAULTS=1 (see tests/integration/test_faults_rig.py)
-            continue
         callspec = getattr(item, "callspec", None)
         engine = callspec.params.get("rig") if callspec else None
         out = engine is not None and (engine not in engines or

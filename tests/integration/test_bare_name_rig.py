@@ -1,0 +1,61 @@
+"""A model named as most people type it, without a tag, on the real rig.
+
+`neohorse-1` is listed by the server as `neohorse-1:latest` (a copy of the
+F16 tag). Every comparison with /api/ps and the process list must treat the
+two as one model, or unloads return early and later readings include the old
+process. The diagnosis under the README's budget must measure tiers that grow
+with the context, peaks above the weights, and the same stability peak as the
+tagged run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assistant.journal import DB_NAME, Journal
+from probes.ollama_api import Ollama
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+ANSWERS = {"symptom": "NeoHorse-1 runs out of memory as soon as it loads; 4k context is enough", "want_ctx": 4096,
+           "want_parallel": 1, "keep_context": False, "budget": "340MiB", "lang": "en"}
+
+
+def _diagnose(rig, model: str, work: Path) -> tuple[dict, list[dict]]:
+    work.mkdir()
+    answers = work / "answers.yaml"
+    answers.write_text(json.dumps(ANSWERS))
+    proc = subprocess.run(
+        [sys.executable, "-m", "assistant", "diagnose", "--host", rig.host, "--model", model, "--auto",
+         "--answers", str(answers), "--settle", "1", "--json", "--out", str(work / "out")],
+        capture_output=True, text=True, cwd=ROOT, timeout=1500, env=dict(os.environ, OOMVET_STATE_DIR=str(work)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with Journal(work / DB_NAME) as journal:
+        (row,) = journal.sessions()
+        facts = [e.body["fact"] for e in journal.session(row["id"]).entries(["fact"])]
+    return json.loads(proc.stdout), facts
+
+
+def test_a_bare_name_measures_the_same_model_as_its_tag(rig, tmp_path):
+    api = Ollama(rig.host)
+    assert api.same_model("neohorse-1", "neohorse-1:f16")
+    bare, facts = _diagnose(rig, "neohorse-1", tmp_path / "bare")
+    assert bare["diagnosis"]["cause"] == "weights" and bare["verified"] is True, bare
+    tiers = sorted((f for f in facts if f["kind"] == "tier" and f.get("peak") is not None),
+                   key=lambda f: f["num_ctx"])
+    assert len(tiers) >= 2 and all(f["measured"] for f in tiers)
+    peaks = [f["peak"] for f in tiers]
+    assert peaks == sorted(peaks), [(f["num_ctx"], f["peak"]) for f in tiers]
+    weights = api.file_size(bare["config"]["model"])
+    assert weights and min(peaks) > weights, (weights, peaks)
+    stability = [f for f in facts if f["kind"] == "stability"]
+    assert stability[-1]["measured"] and stability[-1]["peak"] > weights
+
+    tagged, tagged_facts = _diagnose(rig, "neohorse-1:f16", tmp_path / "tagged")
+    assert tagged["config"] == bare["config"]
+    tagged_peak = [f for f in tagged_facts if f["kind"] == "stability"][-1]["peak"]
+    assert abs(stability[-1]["peak"] - tagged_peak) <= 0.10 * tagged_peak, (stability[-1]["peak"], tagged_peak)
