@@ -55,7 +55,7 @@ def check_out_dir(out_dir: os.PathLike | str, lang: str | None = None) -> None:
         if not out.is_dir():
             raise UsageError(t("atomic.not_a_folder", lang, path=out))
         if not os.access(out, os.W_OK | os.X_OK):
-            raise UsageError(t("atomic.cannot_write", lang, path=out, reason="permission denied"))
+            raise UsageError(t("atomic.cannot_write", lang, path=out, reason=_unwritable(out)))
         return
     parent = out.parent
     while not parent.exists() and parent != parent.parent:
@@ -63,7 +63,17 @@ def check_out_dir(out_dir: os.PathLike | str, lang: str | None = None) -> None:
     if not parent.is_dir():
         raise UsageError(t("atomic.cannot_create", lang, path=out, reason=f"{parent} is not a folder"))
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(t("atomic.cannot_create", lang, path=out, reason=f"{parent} is not writable"))
+        raise UsageError(t("atomic.cannot_create", lang, path=out, reason=f"{parent}: {_unwritable(parent)}"))
+
+
+def _unwritable(path: Path) -> str:
+    """Why this user cannot write ``path``: a read-only mount, or permissions."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except OSError:
+        pass
+    return "permission denied"
 
 
 _TMP_PREFIX = ".oomvet-tmp-"

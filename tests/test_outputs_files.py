@@ -357,3 +357,20 @@ def test_dry_run_in_chinese_keeps_the_commands_and_translates_the_comments(tmp_p
     text = out.getvalue()
     assert "# Linux（由 systemd 运行服务器）：" in text and "# 演练：未运行或更改任何内容" in text
     assert "sudo systemctl daemon-reload && sudo systemctl restart ollama" in text
+
+
+def test_check_out_dir_refuses_what_could_not_be_written_and_creates_nothing(tmp_path, monkeypatch):
+    from assistant.atomic import check_out_dir
+    from assistant.errors import UsageError
+
+    check_out_dir(tmp_path / "new" / "deeper")  # a folder that can be made: fine, and not made yet
+    assert not (tmp_path / "new").exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UsageError, match="it exists and is not a folder"):
+        check_out_dir(blocker)
+    with pytest.raises(UsageError, match="is not a folder"):
+        check_out_dir(blocker / "sub")  # its parent is a file
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # as for a user without write permission
+    with pytest.raises(UsageError, match="permission denied|read-only file system"):
+        check_out_dir(tmp_path)
