@@ -38,6 +38,11 @@ ANSWERS = {"symptom": f"{MODEL} runs out of memory with long prompts", "want_ctx
            "budget": "2GiB"}
 EXIT_CODES = {0, 1, 2, 3, 130}
 
+# the weights path (F16 over the budget at load, so the quant probe runs), as the README demo
+WEIGHTS_MODEL = "neohorse-1:f16"
+WEIGHTS_ANSWERS = {"symptom": f"{WEIGHTS_MODEL} runs out of memory as soon as it loads", "want_ctx": 2048,
+                   "lang": "en", "budget": "340MiB"}
+
 
 @dataclass
 class Case:
@@ -47,8 +52,12 @@ class Case:
     proxy: str | None = None         # a fault proxy mode, switched on when the probe starts
     out: str = "plain"               # plain | file | ro | full
     state: str = "plain"             # plain | full
-    timeout_s: float = 30.0          # oomvet --timeout
+    # oomvet --timeout: long enough for the context step on 2 cores, so an outcome is the
+    # fault's and not the timeout's; the hang cases set a short one on purpose
+    timeout_s: float = 300.0
     burst: int | None = 3            # proxy faults: this many requests hit, then it passes again
+    model: str = MODEL
+    answers: dict | None = None      # None: ANSWERS (the path baseline, context, stability)
 
 
 CASES = [
@@ -63,6 +72,8 @@ CASES = [
     Case("Ctrl-C in baseline", "baseline", "sigint"),
     Case("Ctrl-C in context", "context", "sigint"),
     Case("SIGTERM in baseline", "baseline", "sigterm"),
+    Case("Ctrl-C in stability", "stability", "sigint"),
+    Case("Ctrl-C in quant", "quant", "sigint", model=WEIGHTS_MODEL, answers=WEIGHTS_ANSWERS),
     Case("output folder is a file", "start", "none", out="file"),
     Case("output folder read-only", "start", "none", out="ro"),
     Case("full disk for the output", "start", "none", out="full"),
@@ -123,7 +134,7 @@ def _partial(out: Path) -> list[str]:
     return [p.name for p in out.iterdir() if p.name.startswith(".oomvet-")]
 
 
-def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 150) -> dict:
+def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 420) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     state, out = work / "state", work / "out"
     mounts = []
@@ -140,7 +151,7 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 150) -> dict:
         _mount(out, "size=64k")
         mounts.append(out)
     answers = work / "answers.yaml"
-    answers.write_text(json.dumps(ANSWERS))
+    answers.write_text(json.dumps(case.answers or ANSWERS))
     api = Ollama(rig.host)
     api.load("neohorse-1:q4_1", {"num_ctx": 1024})  # a model the user had loaded before
     before = sorted((m.name, m.context_length) for m in api.ps())
@@ -148,7 +159,7 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 150) -> dict:
                        drip_bytes=1, drip_interval_s=2.0).start() if case.proxy else None
     host = proxy.url if proxy else rig.host
     env = dict(os.environ, OOMVET_STATE_DIR=str(state))
-    cmd = [sys.executable, "-m", "assistant", "diagnose", "--host", host, "--model", MODEL, "--auto",
+    cmd = [sys.executable, "-m", "assistant", "diagnose", "--host", host, "--model", case.model, "--auto",
            "--answers", str(answers), "--settle", "1", "--timeout", str(case.timeout_s), "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     injected, stopped_pid = case.fault == "none", None  # disk cases are set up before the run
@@ -189,8 +200,14 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 150) -> dict:
         rig.server.stop()
         rig.server.start()  # the matrix brings it back; oomvet could not (not its process to own)
         api.load("neohorse-1:q4_1", {"num_ctx": 1024})
-    time.sleep(0.5)
-    after = sorted((m.name, m.context_length) for m in Ollama(rig.host).ps())
+    # an unload is asynchronous in Ollama (a model "Stopping..." is still listed for a
+    # moment): the server is as it was if it gets there within a few seconds
+    settle_until = time.monotonic() + 10.0
+    while True:
+        time.sleep(0.5)
+        after = sorted((m.name, m.context_length) for m in Ollama(rig.host).ps())
+        if after == before or time.monotonic() > settle_until:
+            break
     if case.state == "full":  # the user frees space; then the journal must be whole and resumable
         subprocess.run(["mount", "-o", "remount,size=4m", str(state)], check=True)
     began = (state / "journal.sqlite3").exists()  # before _journal_ok, which opens (and so creates) it

@@ -325,6 +325,10 @@ def sampled(env: ProbeEnv, name: str) -> Iterator[Step]:
         env.say("step_done", name=name, step=step)
 
 
+#: seconds the restore waits for requests still running on the server (a load cut by Ctrl-C)
+RESTORE_SETTLE_S = 30.0
+
+
 @contextlib.contextmanager
 def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
     """Leave the server as it was: unload what the probe loaded, and reload a
@@ -340,6 +344,11 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
         cancel_was_set = env.cancel.is_set()
         env.cancel.clear()  # the restore itself must not be cancelled
         try:
+            # a load cut short by Ctrl-C or SIGTERM goes on in the server: let it end,
+            # or the unload below runs first and the model stays loaded after we leave
+            settle = getattr(env.api, "settle", None)
+            if settle is not None:
+                settle(RESTORE_SETTLE_S)
             restore(env.api, before)
         except Exception as exc:
             env.changed("restore_failed", key=key, host=env.api.host, models=was, reason=str(exc))

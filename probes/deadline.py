@@ -6,6 +6,7 @@ at a time never times out there; :func:`within` bounds the whole call.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 
@@ -13,10 +14,13 @@ class Overdue(Exception):
     """A call ran past its whole-reply deadline."""
 
 
-def within(fn: Callable[[], Any], limit_s: float | None) -> Any:
+def within(fn: Callable[[], Any], limit_s: float | None, running: set | None = None) -> Any:
     """``fn()``, or :class:`Overdue` once ``limit_s`` seconds have passed. The
     call runs in a daemon thread that is left to end with its connection; the
-    caller goes on at once (and, in the main thread, still gets Ctrl-C)."""
+    caller goes on at once (and, in the main thread, still gets Ctrl-C).
+    ``running``, when given, holds the thread until the call has ended, so a
+    caller that gave up on it (Ctrl-C during a load) can still wait for what
+    the server is doing before it puts the server back (:func:`settle`)."""
     if not limit_s or limit_s <= 0:
         return fn()
     box: dict[str, Any] = {}
@@ -26,8 +30,13 @@ def within(fn: Callable[[], Any], limit_s: float | None) -> Any:
             box["value"] = fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
             box["error"] = exc
+        finally:
+            if running is not None:
+                running.discard(threading.current_thread())
 
     worker = threading.Thread(target=work, name="server-call", daemon=True)
+    if running is not None:
+        running.add(worker)
     worker.start()
     worker.join(limit_s)
     if worker.is_alive():
@@ -35,3 +44,12 @@ def within(fn: Callable[[], Any], limit_s: float | None) -> Any:
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def settle(running: set, limit_s: float) -> bool:
+    """Wait up to ``limit_s`` in all for the calls in ``running`` to end; True
+    when none is left."""
+    deadline = time.monotonic() + limit_s
+    for worker in list(running):
+        worker.join(max(0.0, deadline - time.monotonic()))
+    return not running

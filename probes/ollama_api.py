@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import httpx
 import ollama
 
-from probes.deadline import Overdue, within
+from probes.deadline import Overdue, settle, within
 from probes.errors import ModelNotFoundError, ProbeError, ServerUnreachableError
 
 # one classifier for both engines' error texts (probes/oomtext.py); re-exported for callers
@@ -106,6 +106,13 @@ class Ollama:
         self.host = host.rstrip("/")
         self.timeout_s = timeout_s
         self.client = client or ollama.Client(host=self.host, timeout=timeout_s)
+        self._running: set = set()  # calls still in their worker thread (see settle)
+
+    def settle(self, limit_s: float = 30.0) -> bool:
+        """Wait (up to ``limit_s``) for requests the caller gave up on, a load
+        cut by Ctrl-C, to end on the server's side, so that what is unloaded
+        next is what the server really holds. True when none is left."""
+        return settle(self._running, min(limit_s, self.timeout_s or limit_s))
 
     # -- reading -------------------------------------------------------------
     def version(self) -> str:
@@ -250,7 +257,7 @@ class Ollama:
         all, with the client's errors as oomvet's. httpx bounds each read, so a
         reply dripping a few bytes at a time would never time out there."""
         try:
-            return within(fn, self.timeout_s)
+            return within(fn, self.timeout_s, self._running)
         except Overdue:
             raise ServerUnreachableError(f"the Ollama server at {self.host} did not finish a reply within "
                                          f"{self.timeout_s:g} s (--timeout)") from None

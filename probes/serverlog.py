@@ -86,7 +86,11 @@ def parse_cmdline(cmd: str) -> dict:
             continue
         if key and i + 1 < len(argv):
             value = argv[i + 1]
-            out[key] = int(value) if key in _INT_KEYS and value.lstrip("-").isdigit() else value
+            if key not in _INT_KEYS:
+                out[key] = value
+            elif re.fullmatch(r"-?[0-9]+", value):
+                out[key] = int(value)
+            # a number flag whose value is not a number says nothing: left out, as if not passed
             i += 2
             continue
         if arg == "--no-mmap":
@@ -107,7 +111,7 @@ def _kv(line: str, key: str) -> str | None:
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and text.lstrip("-").isdigit() else None
+    return int(text) if text is not None and re.fullmatch(r"-?[0-9]+", text) else None
 
 
 @dataclass

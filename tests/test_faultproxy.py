@@ -204,3 +204,17 @@ def test_unreachable_target_closes_the_client_connection():
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode must be one of"):
         FaultProxy(target="127.0.0.1:1", mode="explode")
+
+
+def test_settle_waits_for_a_request_the_caller_gave_up_on(upstream):
+    """A load cut by Ctrl-C goes on in the server; the restore waits for it
+    (Ollama.settle) so its unload is not overtaken by the load."""
+    from probes.errors import ServerUnreachableError
+    from probes.ollama_api import Ollama
+
+    with FaultProxy(target=upstream, mode="drip", paths=("/api/ps",), drip_bytes=16, drip_interval_s=0.02) as p:
+        api = Ollama(p.url, timeout_s=0.2)  # the /api/ps reply takes about 0.3 s here
+        with pytest.raises(ServerUnreachableError):
+            api.ps()
+        assert api._running  # still being answered
+        assert api.settle(5.0) is True and not api._running

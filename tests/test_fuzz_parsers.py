@@ -266,3 +266,33 @@ def test_api_ps_payloads_are_read_or_refused_in_one_line(payload, status):
 def test_api_show_payloads_are_read_or_refused_in_one_line(payload, status):
     judge("/api/show payloads (probes.ollama_api.show)", _api(payload, status).show, "neohorse-1:q8_0")
 
+
+
+# -- server log lines -------------------------------------------------------------
+
+_LOG_TEMPLATES = [
+    'time=x level=INFO source=server.go:1 msg="starting llama-server" cmd="{a} --model {b} -c {n} -np {m} --flash-attn {a}"',
+    "llama_kv_cache: {a} KV buffer size = {f} MiB",
+    "load_tensors: {a} model buffer size = {f} MiB",
+    'time=x level=INFO msg="vram-based default context" total_vram="{a}" default_num_ctx={n}',
+    "llama_params_fit_impl: projected to use {n} MiB of device memory vs. {m} MiB of free device memory",
+    "llama_params_fit_impl: will leave {n} >= {m} MiB",
+    "llm_load_tensors: offloaded {n}/{m} layers to GPU",
+    'level=WARN msg="requested context size too large for model" num_ctx={n} n_ctx_train={m}',
+    "level=ERROR msg={a} error={b}",
+    "CUDA error: {a}",
+]
+LOG_LINES = st.lists(st.one_of(
+    st.text(max_size=120),
+    st.builds(lambda tpl, a, b, n, m, f: tpl.format(a=a, b=b, n=n, m=m, f=f), st.sampled_from(_LOG_TEMPLATES),
+              st.text(max_size=12), st.text(max_size=12), NUMBERS, NUMBERS, NUMBERS),
+), max_size=12)
+
+
+@FUZZ
+@given(LOG_LINES)
+def test_server_log_lines_are_read_or_ignored_never_raised_on(lines):
+    from probes.serverlog import parse
+    got = judge("server log lines (probes.serverlog.parse)", parse, lines)
+    assert not isinstance(got, Exception), f"a log line was refused: {got}"
+    json.dumps(got.fact("fuzz"), default=str)  # the log fact is plain data

@@ -136,3 +136,11 @@ def test_find_log_says_why_it_found_none(tmp_path):
     assert log is None and "--server-log" in why
     log, why = find_log(platform="linux", which=lambda name: "/bin/journalctl", run=lambda argv: "")
     assert log is None and "no lines" in why
+
+
+def test_a_number_flag_without_a_number_is_left_out_not_raised_on():
+    # found by the fuzzer: "-np ." made the per-slot context division raise
+    from probes.serverlog import parse_cmdline
+    got = parse_cmdline("/usr/lib/ollama/llama-server --model /m -c 8192 -np . -ngl ²")
+    assert got["ctx_total"] == 8192 and "num_parallel" not in got and "n_gpu_layers" not in got
+    assert got["num_ctx"] == 8192

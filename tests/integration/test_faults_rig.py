@@ -21,8 +21,8 @@ import pytest
 
 from bench.fault_matrix import ANSWERS, CASES, MODEL, _started, run_case
 
-# In the default run (CI's) on the current engine: about 7 minutes on 2 cores
-# (16 cases: 15 faults and the SIGKILL resume); bench/fault_matrix.py prints the table.
+# In the default run (CI's) on the current engine: 10-20 minutes on 2 cores
+# (18 cases: 17 faults and the SIGKILL resume); bench/fault_matrix.py prints the table.
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 ROOT = Path(__file__).resolve().parents[2]
 
