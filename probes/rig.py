@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -138,13 +139,18 @@ class RigPaths:
     def log_dir(self) -> Path:
         return self.root / "logs"
 
-    @property
-    def serve_log(self) -> Path:
-        return self.log_dir / f"ollama-serve-{self.version}.log"
+    def serve_log(self, instance: str) -> Path:
+        """One server's log: each rig instance has its own (two rigs on one
+        cache, a test's and the CLI's it starts, must not read each other's lines)."""
+        return self.log_dir / f"ollama-serve-{self.version}-{instance}.log"
 
     @property
     def build_log(self) -> Path:
         return self.log_dir / f"ollama-build-{self.version}.log"
+
+
+#: numbers rig instances of this process, for their own log files
+_INSTANCES = itertools.count(1)
 
 
 def default_root() -> Path:
@@ -680,8 +686,9 @@ class Rig:
         check_engine(self.paths, ollama_bin)
         ggufs = ensure_ggufs(self.paths, self.log)
         self.paths.log_dir.mkdir(parents=True, exist_ok=True)
+        instance = f"{os.getpid()}-{next(_INSTANCES)}"
         self.server = ManagedServer(ollama_bin, self.paths.models_dir, env=self._env,
-                                    log_path=self.paths.serve_log)
+                                    log_path=self.paths.serve_log(instance))
         self.server.start()
         try:
             served = self.server.version
@@ -715,6 +722,7 @@ class Rig:
     def stop(self) -> None:
         if self.server:
             self.server.stop()
+            Path(self.server.log_path).unlink(missing_ok=True)  # the log lived as long as its server
 
     def __enter__(self) -> "Rig":
         return self.setup()

@@ -129,7 +129,7 @@ def test_host_reader_counts_the_llama_server_process(rig):
 
 def test_num_ctx_above_the_trained_context_is_clamped_silently(rig):
     api = Ollama(rig.host)
-    log_start = rig.paths.serve_log.stat().st_size
+    log_start = rig.server.log_path.stat().st_size
     _, cmd = _loaded(rig, api, {"num_ctx": 100_000})
     try:
         assert _flag(cmd, "-c") == str(TRAINED_CTX)
@@ -139,7 +139,7 @@ def test_num_ctx_above_the_trained_context_is_clamped_silently(rig):
         assert gen.ok, gen.error  # no error reaches the client
     finally:
         api.unload_all()
-    with open(rig.paths.serve_log, "rb") as f:
+    with open(rig.server.log_path, "rb") as f:
         f.seek(log_start)
         log = f.read().decode(errors="replace")
     assert "requested context size too large for model" in log
@@ -160,11 +160,11 @@ def test_kv_offload_switch_reaches_llama_server_through_its_environment(rig):
         api.unload_all()
         # and llama-server parses it: a value that is not a boolean stops the load
         rig.server.restart({"LLAMA_ARG_KV_OFFLOAD": "maybe"})
-        log_start = rig.paths.serve_log.stat().st_size
+        log_start = rig.server.log_path.stat().st_size
         bad = api.load(MODEL, {"num_ctx": 2048})
         assert not bad.ok and not bad.oom, bad
         assert "llama-server process has terminated" in bad.error
-        with open(rig.paths.serve_log, "rb") as f:
+        with open(rig.server.log_path, "rb") as f:
             f.seek(log_start)
             assert b'error while handling environment variable "LLAMA_ARG_KV_OFFLOAD"' in f.read()
     finally:
