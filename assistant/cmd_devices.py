@@ -120,13 +120,12 @@ def run(args) -> int:
     if getattr(args, "lang", None):
         set_lang(args.lang)
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731  (the rig's progress; stdout stays JSON)
-    if args.rig or args.simulate:
+    try:
         report = _world_report(args, log)
-    else:
-        try:
-            report = _world_report(args, log)
-        except ServerUnreachableError:
-            report = _local_report(args)  # no server: what this machine has is still worth showing
+    except ServerUnreachableError:
+        if args.rig or args.simulate:
+            raise
+        report = _local_report(args)  # no server: what this machine has is still worth showing
     if args.json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")
     else:

@@ -112,7 +112,7 @@ class Ollama:
         """Wait (up to ``limit_s``) for requests the caller gave up on, a load
         cut by Ctrl-C, to end on the server's side, so that what is unloaded
         next is what the server really holds. True when none is left."""
-        return settle(self._running, min(limit_s, self.timeout_s or limit_s))
+        return settle(self._running, limit_s)
 
     # -- reading -------------------------------------------------------------
     def version(self) -> str:

@@ -212,9 +212,10 @@ def test_settle_waits_for_a_request_the_caller_gave_up_on(upstream):
     from probes.errors import ServerUnreachableError
     from probes.ollama_api import Ollama
 
-    with FaultProxy(target=upstream, mode="drip", paths=("/api/ps",), drip_bytes=16, drip_interval_s=0.02) as p:
-        api = Ollama(p.url, timeout_s=0.2)  # the /api/ps reply takes about 0.3 s here
+    with FaultProxy(target=upstream, mode="drip", paths=("/api/ps",), drip_bytes=8, drip_interval_s=0.05) as p:
+        api = Ollama(p.url, timeout_s=0.2)  # the /api/ps reply takes over a second here
         with pytest.raises(ServerUnreachableError):
             api.ps()
         assert api._running  # still being answered
+        assert api.settle(0.0) is False  # no wait: it is still there
         assert api.settle(5.0) is True and not api._running
