@@ -322,12 +322,17 @@ class ChatUI:
 
     def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
         box: dict = {}
+        # an Event, not worker.is_alive(): on CPython 3.11-3.12 a join cut by Ctrl-C leaves
+        # the thread reading as finished while its probe still runs (and restores the server)
+        done = threading.Event()
 
         def target():
             try:
                 box["result"] = work()
             except BaseException as exc:  # handed to the main thread
                 box["error"] = exc
+            finally:
+                done.set()
 
         worker = threading.Thread(target=target, name=f"probe-{label}", daemon=True)
         state = {"step": None}
@@ -339,9 +344,9 @@ class ChatUI:
         try:
             with Live(self._panel(label, state, env), console=self.console, refresh_per_second=8,
                       transient=True) as live:
-                while worker.is_alive():
+                while not done.is_set():
                     try:
-                        worker.join(0.12)
+                        done.wait(0.12)
                         live.update(self._panel(label, state, env, stopping=interrupted))
                     except KeyboardInterrupt:
                         if interrupted:

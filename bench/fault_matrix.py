@@ -114,18 +114,22 @@ def _runners(server_pid: int | None) -> list[int]:
         return []
 
 
-def _journal_ok(journal: Path) -> tuple[bool, str]:
+def _journal_ok(journal: Path) -> tuple[bool, str, list]:
+    """Whether the journal opens with the session in it, how it ended, and the
+    session's last server entries (what was loaded before, restored or not)."""
     from assistant.journal import Journal
     try:
         with Journal(journal) as j:
             rows = j.sessions()
             if not rows:
-                return False, "no session"
+                return False, "no session", []
             log = j.session(rows[0]["id"])
             log.trusted()
-            return True, f"{rows[0]['state']}, {len(log.entries())} entries"
+            entries = log.entries()
+            server = [[e.kind, e.body] for e in entries if e.kind.startswith("server.")][-4:]
+            return True, f"{rows[0]['state']}, {len(entries)} entries", server
     except Exception as exc:  # the matrix reports, it does not stop
-        return False, f"{type(exc).__name__}: {exc}"
+        return False, f"{type(exc).__name__}: {exc}", []
 
 
 def _partial(out: Path) -> list[str]:
@@ -211,7 +215,7 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 420) -> dict:
     if case.state == "full":  # the user frees space; then the journal must be whole and resumable
         subprocess.run(["mount", "-o", "remount,size=4m", str(state)], check=True)
     began = (state / "journal.sqlite3").exists()  # before _journal_ok, which opens (and so creates) it
-    journal_ok, journal_note = _journal_ok(state / "journal.sqlite3")
+    journal_ok, journal_note, server_entries = _journal_ok(state / "journal.sqlite3")
     if not began and proc.returncode == 2 and lines:
         # bad input refused in one line before a session began: there is nothing to lose
         journal_ok, journal_note = True, "refused before a session started"
@@ -223,9 +227,14 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 420) -> dict:
            "traceback": "Traceback" in stderr, "journal": journal_note, "journal_ok": journal_ok,
            "partial": partial, "server_as_before": after == before,
            "restore_cmd_printed": "to restore it run:" in stderr, "ps_before": before, "ps_after": after,
+           "server_entries": server_entries, "stderr_tail": stderr.strip().splitlines()[-6:],
+           # False: a restore went ahead while a request it had given up on still ran on the server
+           "settled": next((b.get("settled") for k, b in reversed(server_entries)
+                            if k in ("server.restored", "server.restore_failed")), None),
            "wall_s": round(time.monotonic() - t0, 1)}
     row["survived"] = (injected and row["exit"] in EXIT_CODES and not row["traceback"] and journal_ok
-                       and not partial and (row["server_as_before"] or row["restore_cmd_printed"]))
+                       and not partial and (row["server_as_before"] or row["restore_cmd_printed"])
+                       and row["settled"] is not False)
     try:
         api.unload("neohorse-1:q4_1")
     except Exception:

@@ -327,6 +327,9 @@ def sampled(env: ProbeEnv, name: str) -> Iterator[Step]:
 
 #: seconds the restore waits for requests still running on the server (a load cut by Ctrl-C)
 RESTORE_SETTLE_S = 30.0
+#: after a probe that was cut (Ctrl-C, an error, a timeout) with requests still on the
+#: server, how long the restore watches ``/api/ps`` for a load landing after it
+RESTORE_WATCH_S = 3.0
 
 
 @contextlib.contextmanager
@@ -338,25 +341,31 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
     key = f"loaded-{time.monotonic_ns()}"
     was = [{"name": m.name, "context_length": m.context_length} for m in before]
     env.changed("loaded_before", key=key, host=env.api.host, models=was)
+    cut = True
     try:
         yield before
+        cut = False
     finally:
         cancel_was_set = env.cancel.is_set()
         env.cancel.clear()  # the restore itself must not be cancelled
+        settled, busy = True, 0
         try:
             # a load cut short by Ctrl-C or SIGTERM goes on in the server: let it end,
             # or the unload below runs first and the model stays loaded after we leave
             settle = getattr(env.api, "settle", None)
             if settle is not None:
-                settle(RESTORE_SETTLE_S)
-            restore(env.api, before)
+                busy = env.api.in_flight()
+                settled = settle(RESTORE_SETTLE_S) is not False
+            # a cut request may have started a load that lands after the first pass
+            restore(env.api, before, watch_s=RESTORE_WATCH_S if cut and busy else 0.0)
         except Exception as exc:
-            env.changed("restore_failed", key=key, host=env.api.host, models=was, reason=str(exc))
+            env.changed("restore_failed", key=key, host=env.api.host, models=was, reason=str(exc),
+                        settled=settled)
             raise
         finally:
             if cancel_was_set:
                 env.cancel.set()
-        env.changed("restored", key=key)
+        env.changed("restored", key=key, settled=settled)
 
 
 @contextlib.contextmanager
@@ -389,9 +398,24 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
         env.changed("settings_restored", key=key)
 
 
-def restore(api: Ollama, before: list[Loaded]) -> None:
+def restore(api: Ollama, before: list[Loaded], watch_s: float = 0.0, passes: int = 3) -> None:
     """Unload what was not loaded before (or is at another context), then
-    reload what was, at its old context length. Names are compared canonically."""
+    reload what was, at its old context length. Names are compared canonically.
+
+    With ``watch_s``, the server is then watched that long, and put back again
+    (``passes`` times in all) if it moves: an unload asked for while the server
+    is still loading that model does nothing in Ollama (``expireRunner`` only
+    sees loaded runners), so a load a cut request had started lands after the
+    first pass. Raises ProbeError if it still differs after the last pass."""
+    for _ in range(max(1, passes)):
+        _put_back(api, before)
+        if _stays(api, before, watch_s):
+            return
+    raise ProbeError(f"the models loaded on {api.host} kept changing while oomvet put them back: "
+                     f"{_ps_line(api.ps())} (was {_ps_line(before)})")
+
+
+def _put_back(api: Ollama, before: list[Loaded]) -> None:
     want = {canonical_name(m.name): m for m in before}
     for m in api.ps():
         old = want.get(canonical_name(m.name))
@@ -402,6 +426,29 @@ def restore(api: Ollama, before: list[Loaded]) -> None:
         if canonical_name(m.name) not in now:
             options = {"num_ctx": m.context_length} if m.context_length else {}
             api.load(m.name, options)
+
+
+def _as_before(rows: list[Loaded], before: list[Loaded]) -> bool:
+    """The same models, each at its old context length where one was known."""
+    now = {canonical_name(m.name): m.context_length for m in rows}
+    want = {canonical_name(m.name): m.context_length for m in before}
+    return now.keys() == want.keys() and all(not ctx or now[name] == ctx for name, ctx in want.items())
+
+
+def _stays(api: Ollama, before: list[Loaded], watch_s: float) -> bool:
+    """True when ``/api/ps`` matches ``before`` now and at every look for ``watch_s`` seconds."""
+    deadline = time.monotonic() + watch_s
+    while True:
+        if not _as_before(api.ps(), before):
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+
+
+def _ps_line(rows: list[Loaded]) -> str:
+    return ", ".join(f"{m.name} (num_ctx {m.context_length})" if m.context_length else m.name
+                     for m in rows) or "nothing loaded"
 
 
 def spill_error(env: ProbeEnv, model: str) -> str | None:

@@ -114,6 +114,10 @@ class Ollama:
         next is what the server really holds. True when none is left."""
         return settle(self._running, limit_s)
 
+    def in_flight(self) -> int:
+        """Calls sent and not yet answered (a caller may have given up on them)."""
+        return len(self._running)
+
     # -- reading -------------------------------------------------------------
     def version(self) -> str:
         """``curl HOST/api/version``; raises ServerUnreachableError."""
