@@ -43,8 +43,15 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 # budget 77/88 (87.5%); every other field >= 96.6%. The intake follows its
 # authors' phrasing more than people's; fixing it from held-out misses would
 # make the figure meaningless, so it needs more dev messages from other
-# writers. strict: a mark must go when its field reaches the goal.
-_SHORT_OF_GOAL = {"when": "89.8%", "what": "94.3%", "phase": "88.6%", "budget": "87.5%"}
+# writers. A third dev batch (dev3.yaml, 60 messages by a helper blind to the
+# parser) scored when 73%, phase 72% before the intake was tuned on it; a
+# third held-out batch (heldout3.yaml, 50 messages by another blind helper,
+# written before that tuning) was then scored once: when 41/50, what 47/50,
+# phase 42/50, budget 48/50, keep_context 46/50, want_parallel 47/50. Over
+# the three held-out batches (138): when 123 (89.1%), what 132 (95.7%), phase
+# 125 (90.6%), budget 125 (90.6%); every other field >= 96.4%.
+# strict: a mark must go when its field reaches the goal.
+_SHORT_OF_GOAL = {"when": "89.1%", "phase": "90.6%", "budget": "90.6%"}
 
 
 @pytest.mark.parametrize("field", [

@@ -26,6 +26,8 @@ def strict(monkeypatch):
     ("at most 6GB for the model", 6 * GiB),
     ("最多用 6G", 6 * GiB),
     ("A100 80G 只分给我 20G", 20 * GiB),
+    ("about twelve gigs of VRAM free", 12 * GiB),
+    ("Card is an RTX 4000 Ada 20GB", 20 * GiB),
 ])
 def test_a_size_as_people_write_it_is_the_budget(text, budget):
     got = parse(text)
@@ -35,6 +37,9 @@ def test_a_size_as_people_write_it_is_the_budget(text, budget):
 @pytest.mark.parametrize("text,share", [
     ("只能用 80% 的显存", 0.8),
     ("We may use 60% of the GPU", 0.6),
+    # a share the user may use is of the card they name, so it outranks the card's size
+    ("the box has an L40S 48GB but I only get to use half the GPU", 0.5),
+    ("4090 24G，显存只能用一半", 0.5),
 ])
 def test_a_share_of_the_device_is_kept_as_a_share(text, share):
     got = parse(text)
@@ -98,3 +103,62 @@ def test_a_server_tag_found_in_the_message_is_the_model_as_the_server_spells_it(
 def test_when_and_what_are_two_axes_and_the_phase_follows_when_first(text, when, what, phase):
     got = parse(text)
     assert (got.when, got.what, got.phase) == (when, what, phase)
+
+
+@pytest.mark.parametrize("text,when,what", [
+    # a word that names a symptom says nothing when it is denied or means something else
+    ("no error anywhere, it is just slow", "unknown", "slow"),
+    ("it doesn't crash, it stops answering", "unknown", "hang"),
+    ("qwen3:32b 在 3060 上跑不动了", "unknown", "slow"),
+    ("每次换模型都有 2 GiB stuck in VRAM and then nothing fits", "unknown", "oom"),
+    ("只能重启 ollama，之后一直转圈", "unknown", "hang"),
+    ("我从早上到下午一直在测，一加载就崩", "load", "crash"),
+    ("we both use it, never at the same time, and long prompts crash", "long_input", "crash"),
+])
+def test_a_denied_or_borrowed_cue_word_does_not_count(text, when, what):
+    got = parse(text)
+    assert (got.when, got.what) == (when, what)
+
+
+@pytest.mark.parametrize("text,parallel", [
+    ("二十多个人同时问就挂", 20),
+    ("工作流里 6 个分支并发调用", 6),
+    ("two dozen workers hit it", 24),
+    ("three of us share one box", 3),
+    ("8 threads at once and it times out", 8),
+    ("32 concurrency in the load test", 32),
+    ("a second request while the first is still generating", 2),
+    ("llama.cpp with 8 threads is slow", None),  # CPU threads are not requests
+    ("三个模型同时加载就爆显存", None),  # models loaded together are not requests
+])
+def test_a_count_of_people_or_requests_as_people_write_it_is_the_concurrency(text, parallel):
+    assert parse(text).want_parallel == parallel
+
+
+@pytest.mark.parametrize("text,gpu", [
+    ("RTX 4000 Ada", "RTX 4000 Ada"),
+    ("Radeon 890M iGPU", "Radeon 890M"),
+    ("MacBook Pro M3 Max", "M3 Max"),
+    ("Mac Studio M2 Ultra", "M2 Ultra"),
+])
+def test_a_gpu_name_is_read_whole(text, gpu):
+    assert parse(text).gpu == gpu
+
+
+@pytest.mark.parametrize("text,error", [
+    ("then ggml_cuda_compute_forward: MUL_MAT failed and it dies",
+     "ggml_cuda_compute_forward: MUL_MAT failed"),
+    ('runner dies with POST predict: Post "http://127.0.0.1:40001/completion": EOF. odd',
+     'POST predict: Post "http://127.0.0.1:40001/completion": EOF'),
+])
+def test_a_pasted_log_line_without_quotes_is_the_error(text, error):
+    assert parse(text).error == error
+
+
+@pytest.mark.parametrize("text,keep", [
+    ("上下文半点都不能少", True),
+    ("不想缩短上下文", True),
+    ("上下文减到 4k 也可以", False),
+])
+def test_whether_the_context_may_shrink(text, keep):
+    assert parse(text).keep_context is keep

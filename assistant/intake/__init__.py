@@ -184,6 +184,13 @@ _KNOWN_ERRORS: list[tuple[re.Pattern, bool]] = [
     (re.compile(r"segmentation fault(?: \(core dumped\))?", _I), False),
     (re.compile(r"signal: killed", _I), False),
     (re.compile(r"exit status -?(?:0x[0-9a-f]+|\d+)", _I), False),
+    # the runner's HTTP call failing: 'POST predict: Post "http://127.0.0.1:PORT/completion": EOF'
+    (re.compile(r"POST predict: Post \"[^\"\n]*\":\s*[^\n\"]+?(?=[.,;]\s|[.,;]?$|\n|[\u3400-\u9fff])", _I), False),
+    (re.compile(r"(?:model )?memory layout cannot be allocated(?: with num_gpu = \d+)?", _I), False),
+    # a pasted log line from llama.cpp / ggml ("ggml_metal_graph_compute: command buffer 0 failed
+    # with status 5"): a function name, a colon, and a message that reports a failure
+    (re.compile(r"(?<![\w])(?:ggml|llama|llm|cuda|hip|vk|ggml_metal|ggml_vulkan|ggml_cuda)_\w+:\s+[^\n:]{0,80}?"
+                r"(?:failed|error|cannot|unable to|out of memory)", _I), True),
 ]
 
 # Where a quoted message stops when the user carries on in prose.
@@ -452,16 +459,35 @@ def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list
 
 _ZH_NUM = {"一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6,
            "七": 7, "八": 8, "九": 9, "十": 10}
-_EN_NUM = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-           "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "a pair of": 2}
-_NUMWORD = r"(\d+|one|two|three|four|five|six|seven|eight|nine|ten|[一二两俩三四五六七八九十])"
+# counts and sizes people spell out ("two dozen agents", "eight gigs", "sixteen users")
+_EN_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+             "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "sixteen": 16, "twenty": 20, "twenty-four": 24,
+             "thirty": 30, "thirty-two": 32, "forty": 40, "forty-eight": 48, "fifty": 50, "eighty": 80,
+             "a dozen": 12, "half a dozen": 6, "two dozen": 24, "three dozen": 36}
+_EN_NUM = {**_EN_WORDS, "a couple of": 2, "a pair of": 2}
+_EN_ALT = "|".join(sorted((re.escape(w) for w in _EN_WORDS), key=len, reverse=True))
+# Chinese numerals run together: "二十", "十五", "一百"; "两三" (a range) counts as its larger end
+_NUMWORD = r"(\d+|" + _EN_ALT + r"|[一二两俩三四五六七八九十百]+)"
+
+
+def _zh_int(word: str) -> int | None:
+    total, digit = 0, 0
+    for ch in word:
+        if ch in "十百":
+            total += (digit or 1) * (10 if ch == "十" else 100)
+            digit = 0
+        elif ch in _ZH_NUM:
+            digit = max(digit, _ZH_NUM[ch])
+        else:
+            return None
+    return total + digit or None
 
 
 def _count(word: str) -> int | None:
-    word = word.strip().lower()
+    word = re.sub(r"\s+", " ", word.strip().lower())
     if word.isdigit():
         return int(word)
-    return _ZH_NUM.get(word) or _EN_NUM.get(word)
+    return _EN_NUM.get(word) or _zh_int(word)
 
 
 _K = r"(\d+(?:\.\d+)?)\s?(k|K)?"
@@ -507,34 +533,43 @@ def _find_ctx(text: str) -> int | None:
 
 
 _PAR_PATTERNS = [
-    # "4 个并发", "4并发", "两个人同时用", "4 路并发", "3 个用户同时"
-    re.compile(r"(?<![A-Za-z0-9_])" + _NUMWORD + r"\s*(?:个|路|位|名)?\s*(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口)?"
+    # "4 个并发", "4并发", "两个人同时用", "4 路并发", "二十多个人同时"; after a measure word any
+    # short noun ("八个客服同时", "5 个分支并发"), but not models or cards loaded together
+    re.compile(r"(?<![A-Za-z0-9_])" + _NUMWORD + r"\s*(?:(?:多|几|来)?(?:个|路|位|名)\s*(?:[A-Za-z]+\s*)?"
+               r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,3}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口)?)"
                r"\s*(?:同时|并发|一起用|一起发|并行)"),
     # "同时开 3 个会话", "同时 2 个请求"
     re.compile(r"同时\s*(?:开|发|跑|用)?\s*" + _NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
-    # "3 users", "two browser tabs", "4 people", "4 at once": in this room a count of users is concurrency
-    re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:users|people|clients|agents|"
-               r"browser tabs|tabs|sessions|chats)\b|\b" + _NUMWORD + r"\s+at once\b", _I),
+    # "3 users", "two browser tabs", "4 people", "4 at once", "two dozen agent workers", "two of us":
+    # in this room a count of users is concurrency
+    re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:[a-z]+\s+)?(?:users|people|"
+               r"clients|agents|workers|browser tabs|tabs|sessions|chats)\b|\b" + _NUMWORD + r"\s+(?:at once|of us)\b", _I),
     # "并发 4", "并发数设为4", "并行请求数: 2"
     re.compile(r"(?:并发|并行)(?:请求)?(?:数|量|数量)?\s*(?:设为|设成|设置为|设置成|开到|调到|改成|是|为|=|:|到|开)?\s*"
                + _NUMWORD + r"(?!\s*(?:g|gb|k|%))(?![多下旦直点些起上])", _I),
-    # "4 concurrent users", "two simultaneous requests"
-    re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent|simultaneous|parallel)\b", _I),
-    # "4 users at once", "3 requests at the same time"
-    re.compile(r"\b" + _NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|connections?|calls)\s+"
+    # "4 concurrent users", "two simultaneous requests", "16 concurrency"
+    re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent|simultaneous|parallel|concurrency)\b", _I),
+    # "4 users at once", "3 requests at the same time", "12 threads at once" (threads alone are CPU threads)
+    re.compile(r"\b" + _NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|connections?|calls|threads|"
+               r"workers|agents|processes)\s+"
                r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel)", _I),
     # "concurrency of 4", "OLLAMA_NUM_PARALLEL=4", "parallel 2", "--parallel 2"
     re.compile(r"(?:concurrency|parallelism|ollama_num_parallel|num_parallel|--parallel|(?<![\w-])parallel)"
                r"\s*(?:level\s*)?(?:of|=|:|to|is|at|set to)?\s*(\d+)\b(?!\s*(?:g|gb|k|%))", _I),
     re.compile(r"\b(a couple of|a pair of)\s+(?:concurrent|simultaneous|parallel)\b", _I),
+    # "a second request while the first is still streaming": the second one makes two
+    re.compile(r"\b(?:a|the)\s+(second|third|fourth)\s+(?:request|prompt|call|chat|user|client)"
+               r"(?=[^.\n]{0,40}\bwhile\b)", _I),
 ]
+_ORDINALS = {"second": 2, "third": 3, "fourth": 4}
 
 
 def _find_parallel(text: str) -> int | None:
     seen = []
     for rx in _PAR_PATTERNS:
         for m in rx.finditer(text):
-            n = _count(next(g for g in m.groups() if g))
+            word = next(g for g in m.groups() if g)
+            n = _ORDINALS.get(word.lower()) or _count(word)
             if n and 1 <= n <= 1024:
                 seen.append(n)
     return max(seen) if seen else None
@@ -543,17 +578,17 @@ def _find_parallel(text: str) -> int | None:
 # --------------------------------------------------------------------------- GPU and budget
 
 _GPU_PATTERNS = [
-    # NVIDIA consumer with prefix: "RTX 4060 Ti", "GTX1080ti", "RTX A6000"
-    re.compile(r"(?<![\w])(rtx|gtx)\s*-?\s*(a?\d{3,4})\s*(ti\s*super|ti|super)?(?![\w])", _I),
+    # NVIDIA consumer with prefix: "RTX 4060 Ti", "GTX1080ti", "RTX A6000", "RTX 6000 Ada"
+    re.compile(r"(?<![\w])(rtx|gtx)\s*-?\s*(a?\d{3,4})\s*(ti\s*super|ti|super|ada)?(?![\w])", _I),
     # datacenter / workstation: "A100", "H100 80G", "Tesla T4", "L40S"
     re.compile(r"(?<![\w])(?:tesla\s+)?(a100|a800|h100|h200|h800|h20|v100|a10g?|a30|a40|a6000|a5000|a4000|"
                r"l40s?|l4|t4|p40|p100|k80)(?![\w])", _I),
     # AMD: "RX 7900 XTX", "7900xtx", "MI300X"
     re.compile(r"(?<![\w])(?:rx\s*)?(\d{4})\s*(xtx|xt)(?![\w])|(?<![\w])(rx)\s*(\d{4})(?![\w])"
                r"|(?<![\w])(mi\d{3}x?)(?![\w])", _I),
-    # Apple silicon (unified memory): "M2 Max", "M3 Ultra", "Mac mini M4"
+    # Apple silicon (unified memory): "M2 Max", "M3 Ultra", "Mac mini M4", "Mac mini M4 Pro"
     re.compile(r"(?<![\w])(m[1-4])\s*(pro|max|ultra)(?![\w])"
-               r"|(?:mac\s*(?:book\s*(?:pro|air)?|mini|studio)?|apple)\s*(m[1-4])(?![\w])", _I),
+               r"|(?:mac\s*(?:book\s*(?:pro|air)?|mini|studio)?|apple)\s*(m[1-4])(?:\s*(pro|max|ultra))?(?![\w])", _I),
     # Intel Arc
     re.compile(r"(?<![\w])arc\s*(a\d{3})(?![\w])", _I),
     # bare NVIDIA numbers: "4060", "3090ti", "2080 super" (not 4096: only real models)
@@ -564,12 +599,16 @@ _GPU_PATTERNS = [
 
 # laptop and embedded NVIDIA parts, tidied as written ("MX450", "Jetson Orin")
 _GPU_PATTERNS.append(re.compile(r"(?<![\w])(mx\d{3}|jetson(?:\s+(?:orin|nano|xavier|agx|tx2))*)(?![\w])", _I))
+# AMD integrated graphics and workstation cards named with "Radeon": "Radeon 780M", "Radeon Pro W7900"
+_GPU_PATTERNS.append(re.compile(r"(?<![\w])radeon\s+(\d{3}m|(?:pro\s+)?w\d{4}|vii)(?![\w])", _I))
 
 
 def _suffix(word: str | None) -> str:
     if not word:
         return ""
     word = word.lower()
+    if word == "ada":
+        return " Ada"
     return " Ti Super" if word.startswith("ti") and word.endswith("super") else " Super" if word == "super" else " Ti"
 
 
@@ -588,11 +627,13 @@ def _tidy_gpu(i: int, m: re.Match) -> str:
     if i == 3:
         if g[0]:
             return f"{g[0].upper()} {g[1].capitalize()}"
-        return g[2].upper()
+        return g[2].upper() + (f" {g[3].capitalize()}" if g[3] else "")
     if i == 4:
         return f"Arc {g[0].upper()}"
     if i == 6:
         return g[0].upper() if g[0].lower().startswith("mx") else " ".join(w.capitalize() for w in g[0].split())
+    if i == 7:
+        return "Radeon " + " ".join(w.capitalize() if w.lower() == "pro" else w.upper() for w in g[0].split())
     return g[0] + _suffix(g[1])
 
 
@@ -607,9 +648,9 @@ def _find_gpus(text: str) -> list[tuple[int, int, str]]:
     return hits
 
 
-# "8G", "8 GB", "8 gigs", "2 个 G", "500 兆", "350M": one unit word per spelling
-_SIZE = (r"(\d+(?:\.\d+)?)[\s-]*(?:个\s*)?(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)"
-         r"(?![a-z])")
+# "8G", "8 GB", "8 gigs", "eight gigs", "2 个 G", "500 兆", "350M": one unit word per spelling
+_SIZE = (r"(\d+(?:\.\d+)?|(?<![a-z])(?:" + _EN_ALT + r")(?=[\s-]))[\s-]*(?:个\s*)?"
+         r"(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)(?![a-z])")
 _UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "megabyte": "m", "megabytes": "m",
                "meg": "m", "megs": "m", "兆": "m"}
 _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|video memory|of vram|of gpu memory|"
@@ -644,6 +685,8 @@ _RAM_NEAR = re.compile(r"(?<!显)(?:\bram\b|内存|system memory|系统内存)",
 
 
 def _bytes(number: str, unit: str) -> int | None:
+    if not number[0].isdigit():
+        number = str(_EN_NUM.get(number.lower(), ""))
     try:
         return parse_size(f"{number}{_UNIT_WORDS.get(unit.lower(), unit)}")
     except SizeError:
@@ -685,16 +728,25 @@ def _find_budget(text: str, gpus) -> int | None:
 _SHARE = re.compile(
     r"(?<![\d.])(\d{1,3}(?:\.\d+)?)\s*%\s*(?:的)?\s*(?:of\s+(?:the\s+|my\s+)?)?(?:显存|显卡|vram|gpu|card|device|memory)"
     r"|(?:只能用|只用|最多用|可以用|may use|can use|only (?:may )?use|use at most|limit(?:ed)? to|budget(?: of| is)?)"
-    r"\s*(?:the\s+)?(\d{1,3}(?:\.\d+)?)\s*%", _I)
+    r"\s*(?:the\s+)?(\d{1,3}(?:\.\d+)?)\s*%"
+    # a fraction in words: "lets me use half the card", "只能用一半显存"
+    r"|(?:use|using|get|have)\s+(?:only\s+|at most\s+)?(half|a third|a quarter)\s+(?:of\s+)?(?:the\s+|my\s+|this\s+)?"
+    r"(?:card|gpu|vram|device|gpu memory)\b"
+    r"|(?:只能|最多|只|可以)(?:用|占|分到)\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡)"
+    r"|(?:显存|显卡)\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)", _I)
+_FRACTIONS = {"half": 50, "a third": 100 / 3, "a quarter": 25, "一半": 50, "三分之一": 100 / 3, "四分之一": 25}
 
 
-def _find_share(text: str) -> float | None:
-    """A budget given as a share of the device ("只能用 80% 的显存", "60% of the GPU")."""
+def _find_share(text: str) -> tuple[float | None, bool]:
+    """A budget given as a share of the device ("只能用 80% 的显存", "60% of the GPU"),
+    and whether it was said as what the user may use ("use half the card"): that
+    share is of the card, so it outranks the card's own size."""
     for m in _SHARE.finditer(text):
-        value = float(m.group(1) or m.group(2))
+        word = m.group(3) or m.group(4) or m.group(5)
+        value = _FRACTIONS[word.lower()] if word else float(m.group(1) or m.group(2))
         if 0 < value <= 100:
-            return value / 100
-    return None
+            return value / 100, m.group(1) is None
+    return None, False
 
 
 _ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10, "半": 0.5}
@@ -747,8 +799,11 @@ def _estimate_ctx(text: str) -> int | None:
 
 _CTX_OBJ = r"(?:上下文|context|num_ctx|ctx|context window|context length)"
 _KEEP_TRUE = [
-    re.compile(r"(?:不能|不可以|不想|不愿意|没法|无法|不允许|不可能)(?:再)?(?:减少|降低|缩小|减小|调小|调低|砍|减|降|牺牲)\s*(?:掉)?\s*" + _CTX_OBJ, _I),
-    re.compile(_CTX_OBJ + r"(?:长度|大小)?\s*(?:是)?(?:不能|不可以|不想|没法|无法|不允许|不能再)(?:再)?(?:减少|降低|缩小|减小|调小|调低|少|小|减|降|低于|动|改)", _I),
+    re.compile(r"(?:不能|不可以|不想|不愿意|没法|无法|不允许|不可能)(?:再)?(?:减少|降低|缩小|缩短|缩减|减小|调小|调低|砍|减|降|牺牲)\s*(?:掉)?\s*"
+               + _CTX_OBJ, _I),
+    # "上下文一点都不能少": a degree word may sit between the context and the refusal
+    re.compile(_CTX_OBJ + r"(?:长度|大小)?\s*(?:是)?(?:一点|一丁点|半点|一个\s*token)?\s*(?:都|也)?"
+               r"(?:不能|不可以|不想|没法|无法|不允许|不能再)(?:再)?(?:减少|降低|缩小|缩短|减小|调小|调低|少|小|减|降|低于|动|改)", _I),
     re.compile(r"(?:必须|一定要|至少要?|起码|不能少于|不能低于|(?<!不)需要)\s*(?:保持|保留|要|是|用|有|开到)?\s*"
                r"(?:\d+(?:\.\d+)?\s*[kK万]\s*(?:的)?\s*)?" + _CTX_OBJ, _I),
     re.compile(_CTX_OBJ + r"\s*(?:必须|一定要|至少|最少|起码|不能少于|不能低于)", _I),
@@ -774,6 +829,9 @@ _KEEP_FALSE = [
     re.compile(r"(?:不需要|用不到|不用|用不着)\s*(?:那么长|\d+\s*[kK])", _I),
     re.compile(r"\d+\s*[kK]\s*(?:的上下文)?\s*(?:就)?(?:够了|够用|足够)", _I),
     re.compile(_CTX_OBJ + r"\s*(?:无所谓|不重要|短一点也行|小一点也行)", _I),
+    # "context 降到 8k 也 OK", "上下文减到 4k 也可以": a smaller size the user accepts
+    re.compile(_CTX_OBJ + r"\s*(?:可以)?(?:降到|减到|缩到|调到|改成|改到|设成|砍到)\s*\d+(?:\.\d+)?\s*[kK]?\s*(?:的话)?\s*"
+               r"(?:也|都)?\s*(?:ok|okay|行|可以|没问题|没事|无所谓|能接受|接受)", _I),
     re.compile(r"(?:can|could|happy to|willing to|ok to|okay to|fine to|don't mind to|free to)\s+(?:\w+\s+)?"
                r"(?:reduce|lower|decrease|shrink|cut|drop)\b", _I),
     re.compile(r"(?:don't|do not|doesn't|does not)\s+(?:really\s+)?need\s+"
@@ -840,7 +898,11 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
             estimated = guess
     want_parallel = _find_parallel(numbers)
     budget = _find_budget(numbers, gpus)
-    share = _find_share(numbers) if budget is None else None
+    share, allowed = _find_share(numbers)
+    if allowed:
+        budget = None
+    elif budget is not None:
+        share = None
     when, what, phase, cue = read_symptom(norm, numbers, error, want_parallel)
     return Intake(
         lang=detect_lang(original),
