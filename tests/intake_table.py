@@ -40,7 +40,7 @@ def observed(text: str) -> dict:
 
 #: the corpus in the batches it was written in: the first batch split 70/30 by
 #: position (dev.yaml / heldout.yaml); later batches went whole to one side
-PARTS = {"dev": ("dev", "dev2", "dev3"), "heldout": ("heldout", "heldout2", "heldout3")}
+PARTS = {"dev": ("dev", "dev2", "dev3", "dev4"), "heldout": ("heldout", "heldout2", "heldout3", "heldout4")}
 
 
 def load_batch(stem: str) -> list[dict]:

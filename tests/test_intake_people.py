@@ -162,3 +162,114 @@ def test_a_pasted_log_line_without_quotes_is_the_error(text, error):
 ])
 def test_whether_the_context_may_shrink(text, keep):
     assert parse(text).keep_context is keep
+
+
+@pytest.mark.parametrize("text,model", [
+    # the tag a Modelfile or fine-tune is built FROM is the base, not the model in trouble
+    ("Modelfile 里 FROM qwen2.5:14b，ollama run law-bot 一启动就爆显存", "law-bot"),
+    ("custom model 'chat-pal', built on llama3.1:8b, hangs with 5 users", "chat-pal"),
+    ("FROM qwen2.5:7b and nothing else, it OOMs on load", "qwen2.5:7b"),  # only the base is named
+    # the model switched to is the one that fails
+    ("用 llama3.1:8b 好好的，一换成 qwen2.5:32b 就崩", "qwen2.5:32b"),
+    ("switched from phi4:14b to gemma3:27b and it dies", "gemma3:27b"),
+    ("用 qwen2.5:14b 爆显存，换成 qwen2.5:7b 就好了", "qwen2.5:14b"),  # the way out is not the trouble
+    # a GGUF file keeps the case it has on disk; a library name does not
+    ("Imported My-Model-7B-Q4_K_M.gguf and it crashes", "My-Model-7B-Q4_K_M"),
+    ("NeoHorse-1 一长就崩", "neohorse-1"),
+])
+def test_the_model_is_the_one_in_trouble_not_its_base(text, model):
+    assert parse(text).model == model
+
+
+@pytest.mark.parametrize("text,gpu", [
+    ("The box has two A6000s.", "A6000"),
+    ("卡是 4090D 24G", "4090D"),
+    ("RTX 5090D", "RTX 5090D"),
+    ("A770 16G", "A770"),
+    ("Intel Arc A770 16GB", "Arc A770"),
+    ("显卡是 20G 的 A4500", "A4500"),
+    ("the 4090 drivers are new", "4090"),
+])
+def test_a_gpu_written_short_or_plural_is_read(text, gpu):
+    assert parse(text).gpu == gpu
+
+
+@pytest.mark.parametrize("text,budget", [
+    ("my 3060 has 12GB", 12 * GiB),
+    ("nvidia-smi shows 7400MiB free", 7400 * MiB),
+    ("ollama is allowed 30GB of the 80GB", 30 * GiB),
+    ("ollama should only use 18GB of my 24GB card", 18 * GiB),
+    ("our MIG slice is 20GB", 20 * GiB),
+    ("这台机器只给 ollama 分了 6GiB", 6 * GiB),
+    ("卡是 2080 Ti，十一个G", 11 * GiB),
+    ("The card reports 23.6 GiB total", int(23.6 * GiB)),
+    ("macOS lets the GPU wire about 27GB of the unified memory", 27 * GiB),
+    # sizes that are not what the card has
+    ("nvidia-smi shows 7G used", None),
+    ("my 3060 is using 11GB and then crashes", None),
+    ("the model file is only 4.7GB", None),
+    ("I only use 8GB models on my 3060", None),
+    ("the gpu uses 10GB total", None),
+])
+def test_a_budget_handed_to_ollama_or_read_off_a_tool(text, budget):
+    got = parse(text)
+    assert (got.budget, got.budget_share) == (budget, None)
+
+
+@pytest.mark.parametrize("text,share", [
+    ("我们组规定 ollama 最多只能占整张 A100 的 40%", 0.4),
+    # where `ollama ps` says a model runs is a reading, not a share to keep to
+    ("`ollama ps` showed phi4 at 11 GB, 100% GPU", None),
+    ("nvidia-smi shows 95% GPU util", None),
+])
+def test_a_share_is_a_rule_not_a_reading(text, share):
+    got = parse(text)
+    assert got.budget is None and got.budget_share == (pytest.approx(share) if share else None)
+
+
+@pytest.mark.parametrize("text,parallel", [
+    ("OLLAMA_NUM_PARALLEL 设成 2 之后就 OOM", 2),
+    ("两个请求一起进来就 OOM", 2),
+    ("两个 API client（n8n 和 Continue）同时打一个模型", 2),
+    ("when like 10 ppl spam it at once", 10),
+    ("两个 model 同时加载就爆", None),  # models are not requests
+])
+def test_a_count_after_a_setting_or_with_an_aside_is_the_concurrency(text, parallel):
+    assert parse(text).want_parallel == parallel
+
+
+def test_a_chinese_length_with_two_places_is_estimated_whole():
+    got = parse("一份一万五千字的会议纪要")
+    assert (got.want_ctx, got.ctx_estimated) == (15000, True)
+
+
+@pytest.mark.parametrize("text,keep", [
+    ("上下文设的 64k，不想再往小了调", True),
+    ("能不能保持 128k 不降？", True),
+    ("I really need the full window", True),
+    ("context 短一点没关系，能跑就行", False),
+    ("I'd happily take a smaller context if it stayed fast", False),
+])
+def test_whether_the_context_may_shrink_as_people_say_it(text, keep):
+    assert parse(text).keep_context is keep
+
+
+@pytest.mark.parametrize("text,when,what", [
+    # a choice the user will not make is not memory that stays
+    ("I really need the full window, can't drop chunks, long prompts OOM", "long_input", "oom"),
+    # stuck halfway is a hang; ended halfway is a cut
+    ("回答生成到一半就卡住了", "unknown", "hang"),
+    ("回答写到一半就断了", "unknown", "cut"),
+    # memory that never comes back down is not a request that never comes back
+    ("VRAM never comes back down", "over_time", "oom"),
+    ("the third request never comes back", "unknown", "hang"),
+    # switching the runtime is not loading a new model; switching the model is
+    ("LM Studio 没事，换 ollama 跑就直接躺了", "unknown", "crash"),
+    ("一 switch 到 27b 就直接炸了", "load", "crash"),
+    ("问了一轮就崩了", "unknown", "crash"),  # one round is not a long chat
+    ("每一次加载就崩", "load", "crash"),  # every single time is not once every N requests
+    ("每 500 个请求 ollama 就得重启", "over_time", "oom"),  # 500 requests, not an HTTP 500
+])
+def test_a_cue_in_its_borrowed_sense_does_not_count(text, when, what):
+    got = parse(text)
+    assert (got.when, got.what) == (when, what)

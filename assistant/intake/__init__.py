@@ -318,11 +318,18 @@ _BARE = re.compile(
     _I,
 )
 _OLLAMA_CMD = re.compile(r"\bollama\s+(?:run|pull|show|create|stop|push|cp|rm)\s+([a-z0-9][\w./:-]*)", _I)
+# a tag the user's own model is built on (a Modelfile's "FROM qwen2.5:14b", "built on llama3.1:8b") is the
+# base, not the model in trouble; the one switched to ("一 switch 到 gemma3:27b") is the one that fails
+_BASE_BEFORE = re.compile(r"(?:(?-i:\bFROM)|built\s+on(?:\s+top\s+of)?|based\s+on|on\s+top\s+of|"
+                          r"fine-?tuned?\s+(?:from|of|on)|基于|基座(?:是|用的是)?|底座(?:是|用的是)?)\s*[:：]?\s*$", _I)
+_WORKS_AFTER = re.compile(r"^[^,.;:!?。，；！？\n]{0,16}?(?:就好了|好了|没问题|正常|就行|\bworks|\bis fine|\bfine\b|\bok\b)", _I)
+_SWITCH_BEFORE = re.compile(r"(?:switch(?:ed|es|ing)?|swap(?:ped|s|ping)?)\s+(?:over\s+)?(?:from\s+\S+\s+)?(?:to|到)\s*$"
+                            r"|(?:切换|切|换|改用)(?:到|成)?\s*$", _I)
 
 
-def _tidy_model(name: str, tag: str | None = None) -> str:
+def _tidy_model(name: str, tag: str | None = None, keep_case: bool = False) -> str:
     name = name.strip().rstrip(".-")
-    if "/" not in name:  # Ollama library names are case-insensitive; a hf.co repo path is not
+    if "/" not in name and not keep_case:  # Ollama library names are case-insensitive; a hf.co repo path is not
         name = name.lower()
     name = re.sub(r"\s+", "", name)
     if tag:
@@ -403,7 +410,7 @@ def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list
         hit = _server_tag(text, tags)
         if hit:
             return hit[0], [hit[1]], True
-    found = None
+    picks = []  # (rank, position, name): 0 switched to, 1 named, 2 a base
     for m in _TAG.finditer(text):
         name, tag = m.group(1), m.group(2)
         bare = name.rsplit("/", 1)[-1].lower()
@@ -412,19 +419,26 @@ def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list
         if re.fullmatch(r"\d+(?:\.\d+)?\s*(?:g|gb|gib|mb|mib)", tag, _I):
             continue  # "VRAM:8GB" (a bare "m" is a model size: smollm2:360m, gemma3:270m)
         spans.append(m.span())
-        found = found or _tidy_model(name, tag)
-    if found:
-        return found, spans, True
+        before = text[max(0, m.start() - 30):m.start()]
+        # (one switched to that then works, "换成 qwen2.5:7b 就好了", is the way out, not the trouble)
+        switched = _SWITCH_BEFORE.search(before) and not _WORKS_AFTER.search(text[m.end():m.end() + 24])
+        rank = 2 if _BASE_BEFORE.search(before) else 0 if switched else 1
+        picks.append((rank, m.start(), _tidy_model(name, tag)))
+    picks.sort()
+    if picks and picks[0][0] < 2:
+        return picks[0][2], spans, True
+    base = picks[0][2] if picks else None  # only a base is named: the user's model is, when it has a name
     m = _OLLAMA_CMD.search(text)
     if m:
         word = m.group(1).rstrip(".,")
         if ":" in word:
             n, _, tg = word.partition(":")
-            return _tidy_model(n, tg), [m.span(1)], True
-        return _tidy_model(word), [m.span(1)], True
+            return _tidy_model(n, tg), spans + [m.span(1)], True
+        return _tidy_model(word), spans + [m.span(1)], True
     candidates = []  # (start, end, name)
     for m in _GGUF.finditer(text):
-        candidates.append((m.start(), m.end(), _tidy_model(m.group(1))))
+        # a GGUF file name is spelled as on disk ("Qwen2.5-Coder-14B-Instruct-Q5_K_M.gguf")
+        candidates.append((m.start(), m.end(), _tidy_model(m.group(1), keep_case=True)))
     for m in _TYPED.finditer(text):
         if _name_like(m.group(1)) and not any(s <= m.start() < e for s, e, _ in candidates):
             candidates.append((m.start(), m.end(), _tidy_model(m.group(1))))
@@ -448,8 +462,9 @@ def _find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list
             continue
         size = m.group(2)
         candidates.append((m.start(), m.end(), _tidy_model(m.group(1), size.lower() if size else None)))
+    candidates = [c for c in candidates if not any(s <= c[0] < e for s, e in spans)]  # inside a base's tag
     if not candidates:
-        return None, spans, False
+        return (base, spans, True) if base else (None, spans, False)
     candidates.sort()
     first = candidates[0]
     return first[2], spans + [(first[0], first[1])], False
@@ -534,15 +549,17 @@ def _find_ctx(text: str) -> int | None:
 
 _PAR_PATTERNS = [
     # "4 个并发", "4并发", "两个人同时用", "4 路并发", "二十多个人同时"; after a measure word any
-    # short noun ("八个客服同时", "5 个分支并发"), but not models or cards loaded together
-    re.compile(r"(?<![A-Za-z0-9_])" + _NUMWORD + r"\s*(?:(?:多|几|来)?(?:个|路|位|名)\s*(?:[A-Za-z]+\s*)?"
+    # short noun ("八个客服同时", "5 个分支并发", "两个 API client（n8n 和 Continue）同时"), but not
+    # models or cards loaded together
+    re.compile(r"(?<![A-Za-z0-9_])" + _NUMWORD + r"\s*(?:(?:多|几|来)?(?:个|路|位|名)\s*"
+               r"(?:(?!(?:models?|gpus?|cards?)\b)[A-Za-z]+\s*){0,2}"
                r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,3}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口)?)"
-               r"\s*(?:同时|并发|一起用|一起发|并行)"),
+               r"\s*(?:[(（][^)）\n]{0,40}[)）])?\s*(?:同时|并发|一起(?!加载|载入|load)|并行)", _I),
     # "同时开 3 个会话", "同时 2 个请求"
     re.compile(r"同时\s*(?:开|发|跑|用)?\s*" + _NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
     # "3 users", "two browser tabs", "4 people", "4 at once", "two dozen agent workers", "two of us":
     # in this room a count of users is concurrency
-    re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:[a-z]+\s+)?(?:users|people|"
+    re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:[a-z]+\s+)?(?:users|people|ppl|folks|"
                r"clients|agents|workers|browser tabs|tabs|sessions|chats)\b|\b" + _NUMWORD + r"\s+(?:at once|of us)\b", _I),
     # "并发 4", "并发数设为4", "并行请求数: 2"
     re.compile(r"(?:并发|并行)(?:请求)?(?:数|量|数量)?\s*(?:设为|设成|设置为|设置成|开到|调到|改成|是|为|=|:|到|开)?\s*"
@@ -550,12 +567,13 @@ _PAR_PATTERNS = [
     # "4 concurrent users", "two simultaneous requests", "16 concurrency"
     re.compile(r"\b" + _NUMWORD + r"\s+(?:concurrent|simultaneous|parallel|concurrency)\b", _I),
     # "4 users at once", "3 requests at the same time", "12 threads at once" (threads alone are CPU threads)
-    re.compile(r"\b" + _NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|connections?|calls|threads|"
+    re.compile(r"\b" + _NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|ppl|folks|connections?|calls|threads|"
                r"workers|agents|processes)\s+"
                r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel)", _I),
     # "concurrency of 4", "OLLAMA_NUM_PARALLEL=4", "parallel 2", "--parallel 2"
     re.compile(r"(?:concurrency|parallelism|ollama_num_parallel|num_parallel|--parallel|(?<![\w-])parallel)"
-               r"\s*(?:level\s*)?(?:of|=|:|to|is|at|set to)?\s*(\d+)\b(?!\s*(?:g|gb|k|%))", _I),
+               r"\s*(?:level\s*)?(?:of|=|:|to|is|at|set to|设成|设为|设置为|设置成|设到|改成|改为|调到|开到|是|为)?\s*(\d+)\b"
+               r"(?!\s*(?:g|gb|k|%))", _I),
     re.compile(r"\b(a couple of|a pair of)\s+(?:concurrent|simultaneous|parallel)\b", _I),
     # "a second request while the first is still streaming": the second one makes two
     re.compile(r"\b(?:a|the)\s+(second|third|fourth)\s+(?:request|prompt|call|chat|user|client)"
@@ -578,21 +596,21 @@ def _find_parallel(text: str) -> int | None:
 # --------------------------------------------------------------------------- GPU and budget
 
 _GPU_PATTERNS = [
-    # NVIDIA consumer with prefix: "RTX 4060 Ti", "GTX1080ti", "RTX A6000", "RTX 6000 Ada"
-    re.compile(r"(?<![\w])(rtx|gtx)\s*-?\s*(a?\d{3,4})\s*(ti\s*super|ti|super|ada)?(?![\w])", _I),
-    # datacenter / workstation: "A100", "H100 80G", "Tesla T4", "L40S"
-    re.compile(r"(?<![\w])(?:tesla\s+)?(a100|a800|h100|h200|h800|h20|v100|a10g?|a30|a40|a6000|a5000|a4000|"
-               r"l40s?|l4|t4|p40|p100|k80)(?![\w])", _I),
+    # NVIDIA consumer with prefix: "RTX 4060 Ti", "GTX1080ti", "RTX A6000", "RTX 6000 Ada", "RTX 4090D"
+    re.compile(r"(?<![\w])(rtx|gtx)\s*-?\s*(a?\d{3,4})\s*(ti\s*super|ti|super|ada|d)?(?![\w])", _I),
+    # datacenter / workstation: "A100", "H100 80G", "Tesla T4", "L40S"; a plural counts ("two A6000s")
+    re.compile(r"(?<![\w])(?:tesla\s+)?(a100|a800|h100|h200|h800|h20|v100|a10g?|a30|a40|a6000|a5500|a5000|a4500|"
+               r"a4000|a2000|l40s?|l4|t4|p40|p100|k80)s?(?![\w])", _I),
     # AMD: "RX 7900 XTX", "7900xtx", "MI300X"
     re.compile(r"(?<![\w])(?:rx\s*)?(\d{4})\s*(xtx|xt)(?![\w])|(?<![\w])(rx)\s*(\d{4})(?![\w])"
                r"|(?<![\w])(mi\d{3}x?)(?![\w])", _I),
     # Apple silicon (unified memory): "M2 Max", "M3 Ultra", "Mac mini M4", "Mac mini M4 Pro"
     re.compile(r"(?<![\w])(m[1-4])\s*(pro|max|ultra)(?![\w])"
                r"|(?:mac\s*(?:book\s*(?:pro|air)?|mini|studio)?|apple)\s*(m[1-4])(?:\s*(pro|max|ultra))?(?![\w])", _I),
-    # Intel Arc
-    re.compile(r"(?<![\w])arc\s*(a\d{3})(?![\w])", _I),
-    # bare NVIDIA numbers: "4060", "3090ti", "2080 super" (not 4096: only real models)
-    re.compile(r"(?<![\w.])((?:10[5-8]|16[56]|20[6-8]|30[5-9]|40[6-9]|50[6-9])0)\s*(ti\s*super|ti|super)?s?(?!\w|\.\d)"
+    # Intel Arc, with the brand or (the desktop cards) without: "Arc A770", "A770 16G"
+    re.compile(r"(?<![\w])arc\s*(a\d{3})(?![\w])|(?<![\w])(a(?:770|750|580|380|310))(?![\w])", _I),
+    # bare NVIDIA numbers: "4060", "3090ti", "2080 super", "4090D" (not 4096: only real models)
+    re.compile(r"(?<![\w.])((?:10[5-8]|16[56]|20[6-8]|30[5-9]|40[6-9]|50[6-9])0)\s*(ti\s*super|ti|super|d)?s?(?!\w|\.\d)"
                r"(?!\s*(?:k\b|tokens?|mib|mb|个|人))", _I),
 ]
 
@@ -609,6 +627,8 @@ def _suffix(word: str | None) -> str:
     word = word.lower()
     if word == "ada":
         return " Ada"
+    if word == "d":  # the China-market "4090D" is one word
+        return "D"
     return " Ti Super" if word.startswith("ti") and word.endswith("super") else " Super" if word == "super" else " Ti"
 
 
@@ -629,7 +649,7 @@ def _tidy_gpu(i: int, m: re.Match) -> str:
             return f"{g[0].upper()} {g[1].capitalize()}"
         return g[2].upper() + (f" {g[3].capitalize()}" if g[3] else "")
     if i == 4:
-        return f"Arc {g[0].upper()}"
+        return f"Arc {g[0].upper()}" if g[0] else g[1].upper()
     if i == 6:
         return g[0].upper() if g[0].lower().startswith("mx") else " ".join(w.capitalize() for w in g[0].split())
     if i == 7:
@@ -648,13 +668,13 @@ def _find_gpus(text: str) -> list[tuple[int, int, str]]:
     return hits
 
 
-# "8G", "8 GB", "8 gigs", "eight gigs", "2 个 G", "500 兆", "350M": one unit word per spelling
-_SIZE = (r"(\d+(?:\.\d+)?|(?<![a-z])(?:" + _EN_ALT + r")(?=[\s-]))[\s-]*(?:个\s*)?"
+# "8G", "8 GB", "8 gigs", "eight gigs", "2 个 G", "十一个G", "500 兆", "350M": one unit word per spelling
+_SIZE = (r"(\d+(?:\.\d+)?|(?<![a-z])(?:" + _EN_ALT + r")(?=[\s-])|[一二两三四五六七八九十百]+)[\s-]*(?:个\s*)?"
          r"(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)(?![a-z])")
 _UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "megabyte": "m", "megabytes": "m",
                "meg": "m", "megs": "m", "兆": "m"}
 _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|video memory|of vram|of gpu memory|"
-              r"of video memory|gpu memory|unified memory|统一内存|mac|across (?:two|both|\d+|several) (?:cards|gpus))")
+              r"of video memory|of (?:the |my |its )?(?:unified memory|vram|gpu memory|video memory)|gpu memory|unified memory|统一内存|mac|across (?:two|both|\d+|several) (?:cards|gpus))")
 _GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unified memory|统一内存)\s*(?:大小|容量|总共|一共|上限|最大)?\s*"
                r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|have|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
 _FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:of\s+)?(?:free|available|left|headroom|spare|"
@@ -662,9 +682,15 @@ _FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:of\s
 _FREE_BEFORE = (r"(?:剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|"
                 r"最多(?:只能)?(?:用|给|占)?|只能(?:用|占)|只用|(?:不能|不要|别|不可以)?超过|不超过|free|available|"
                 r"only may use|may use|can use|at most|no more than|up to|fit (?:in|into|within|under)|"
+                # what someone hands ollama: "给 ollama 分了 6G", "ollama is allowed 30GB", "should only use 18GB"
+                # ("I only use 8GB models" is not one)
+                r"给\s*\S{0,10}?\s*分(?:配)?了|分(?:给|配给)\s*\S{0,8}?|(?:should|may|can|could|will)\s+only\s+use|"
+                r"only\s+gets?\s+to\s+use|allowed(?:\s+to\s+use)?|(?:is|are|was|were|been)\s+given|allotted|"
                 r"(?:keep|stay|stays|kept)\s+(?:it\s+|ollama\s+|the model\s+)?(?:under|below|within))"
                 r"\s*(?:显存|vram)?\s*(?:只有|有|是|大概|约|:|=|only|just|is|about)?\s*")
-_BUDGET_WORD = r"(?:--budget|budget|预算|限制在|限制为|limit(?:ed)? to|cap(?:ped)? at|capped to)\s*(?:of|to|is|=|:)?\s*"
+# a MIG slice, a quota: the part of a shared card that is the user's
+_BUDGET_WORD = (r"(?:--budget|budget|预算|限制在|限制为|limit(?:ed)? to|cap(?:ped)? at|capped to|\bslice|\bquota|"
+                r"\bpartition|配额|份额)\s*(?:of|to|is|=|:|是|为|有)?\s*")
 _BUDGET_PATTERNS = [
     re.compile(r"(?<![\w.])" + _SIZE + _GPU_AFTER, _I),
     re.compile(_GPU_BEFORE + _SIZE, _I),
@@ -672,8 +698,11 @@ _BUDGET_PATTERNS = [
     re.compile(_FREE_BEFORE + _SIZE, _I),
     re.compile(_BUDGET_WORD + _SIZE, _I),
     re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:budget|max(?:imum)?\b|at most|的预算|以内|封顶)", _I),
+    # the card's total as a tool reports it: "The card reports 23.6 GiB total" ("the GPU uses 10GB total" is usage)
+    re.compile(r"(?:\bcard|\bgpu|\bvram|显卡|显存|nvidia-smi)[^.\n。,;]{0,20}?(?<![\w.])" + _SIZE
+               + r"\s*(?:total|in total|总量|总共)", _I),
 ]
-_SIZE_NEAR_GPU = re.compile(r"^\s*(?:的|,|with|w/|\(|（)?\s*" + _SIZE, _I)
+_SIZE_NEAR_GPU = re.compile(r"^\s*(?:的|,|with|w/|\(|（|has|have|had|got|is|有|是)?\s*" + _SIZE, _I)
 _SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", _I)
 # "用了 7G 显存", "needs 10GB VRAM": usage or a requirement, not what the card has
 _USAGE_BEFORE = re.compile(
@@ -681,12 +710,14 @@ _USAGE_BEFORE = re.compile(
     r"shows?|显示|loads?|of)\s*(?:了)?\s*(?:about|around|大概|约|almost|nearly)?\s*$",
     _I,
 )
+# "nvidia-smi shows 7400MiB free": a reading of what is free is the budget, though "shows 7G" alone is usage
+_SHOWN_BEFORE = re.compile(r"(?:shows?|showed|显示|reports?)\s*(?:about|around|大概|约|almost|nearly)?\s*$", _I)
 _RAM_NEAR = re.compile(r"(?<!显)(?:\bram\b|内存|system memory|系统内存)", _I)
 
 
 def _bytes(number: str, unit: str) -> int | None:
     if not number[0].isdigit():
-        number = str(_EN_NUM.get(number.lower(), ""))
+        number = str(_EN_NUM.get(number.lower()) or _zh_int(number) or "")
     try:
         return parse_size(f"{number}{_UNIT_WORDS.get(unit.lower(), unit)}")
     except SizeError:
@@ -709,7 +740,8 @@ def _find_budget(text: str, gpus) -> int | None:
     seen = []
     for i, rx in enumerate(_BUDGET_PATTERNS):
         for m in rx.finditer(text):
-            if i in (0, 2) and _USAGE_BEFORE.search(text[max(0, m.start() - 14):m.start()]):
+            before = text[max(0, m.start(1) - 14):m.start(1)]  # before the size, not the card word
+            if i in (0, 2, 6) and _USAGE_BEFORE.search(before) and not (i in (2, 6) and _SHOWN_BEFORE.search(before)):
                 continue
             if i in (2, 3) and _RAM_NEAR.search(text[max(0, m.start() - 16):m.end() + 8]):
                 continue
@@ -733,7 +765,11 @@ _SHARE = re.compile(
     r"|(?:use|using|get|have)\s+(?:only\s+|at most\s+)?(half|a third|a quarter)\s+(?:of\s+)?(?:the\s+|my\s+|this\s+)?"
     r"(?:card|gpu|vram|device|gpu memory)\b"
     r"|(?:只能|最多|只|可以)(?:用|占|分到)\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡)"
-    r"|(?:显存|显卡)\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)", _I)
+    r"|(?:显存|显卡)\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)"
+    # the card first, then the share: "最多只能占整张 A100 的 40%"
+    r"|(?:只能|最多|只|可以)(?:只能)?(?:用|占|使用|分到)\s*[^,。;\n%]{0,14}?的\s*(\d{1,3}(?:\.\d+)?)\s*%", _I)
+# "ollama ps showed phi4 at 11 GB, 100% GPU": a reading of where a model runs, not a share to keep to
+_READING_BEFORE = re.compile(r"ollama\s+ps|processor|nvidia-smi|shows?\b|showed|显示|reports?\b", _I)
 _FRACTIONS = {"half": 50, "a third": 100 / 3, "a quarter": 25, "一半": 50, "三分之一": 100 / 3, "四分之一": 25}
 
 
@@ -742,8 +778,10 @@ def _find_share(text: str) -> tuple[float | None, bool]:
     and whether it was said as what the user may use ("use half the card"): that
     share is of the card, so it outranks the card's own size."""
     for m in _SHARE.finditer(text):
+        if m.group(1) and _READING_BEFORE.search(re.split(r"[.。;；\n]", text[max(0, m.start() - 60):m.start()])[-1]):
+            continue
         word = m.group(3) or m.group(4) or m.group(5)
-        value = _FRACTIONS[word.lower()] if word else float(m.group(1) or m.group(2))
+        value = _FRACTIONS[word.lower()] if word else float(m.group(1) or m.group(2) or m.group(6))
         if 0 < value <= 100:
             return value / 100, m.group(1) is None
     return None, False
@@ -757,7 +795,8 @@ _ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六":
 TOKENS_PER_ZH_CHAR = 1.0
 CHARS_PER_EN_TOKEN = 4.0
 TOKENS_PER_EN_WORD = 4 / 3
-_ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万|千)?\s*(?:多)?\s*(?:个)?\s*字")
+_ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万|千)?(?:\s*([\d一二两三四五六七八九])\s*(?:千|百)?)?"
+                       r"\s*(?:多)?\s*(?:个)?\s*字")
 _EN_LENGTH = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(k)?[- ]?(characters?|chars|words?)\b", _I)
 
 
@@ -785,6 +824,8 @@ def _estimate_ctx(text: str) -> int | None:
         n = _zh_number(m.group(1))
         if n:
             n *= {"万": 10000, "千": 1000}.get(m.group(2), 1)
+            if m.group(2) and m.group(3):  # the next place down: "一万五千" 15000, "三千五" 3500
+                n += _zh_number(m.group(3)) * {"万": 1000, "千": 100}[m.group(2)]
             if n >= 500:
                 seen.append(n * TOKENS_PER_ZH_CHAR)
     for m in _EN_LENGTH.finditer(text):
@@ -817,7 +858,10 @@ _KEEP_TRUE = [
     re.compile(r"(?:need|needs|require|requires|really need)\s+(?:the\s+|a\s+)?(?:full\s+|at least\s+|all\s+)?"
                r"(?:\d+(?:\.\d+)?k|\d{4,})\b"
                r"(?!\s*(?:users|people|requests|gb|g\b|gib))", _I),
-    re.compile(r"(?:need|needs|require|requires)\s+(?:the\s+|a\s+)?(?:full|long|large|big)\s+" + _CTX_OBJ, _I),
+    re.compile(r"(?:need|needs|require|requires)\s+(?:the\s+|a\s+)?(?:full|long|large|big)\s+(?:window\b|" + _CTX_OBJ + ")", _I),
+    # "不想再往小了调", "能不能保持 128k 不降": the size it has now must stay
+    re.compile(r"(?:不想|不能|不愿意|不可以|没法)(?:再)?往(?:小|低|下)(?:了|里)?(?:调|改|降|减|砍)", _I),
+    re.compile(r"(?:保持|维持|保住)\s*(?:在)?\s*(?:\d+(?:\.\d+)?\s*[kK万]?\s*(?:的)?\s*)?(?:上下文|context)?\s*不(?:降|减|变|动|缩)", _I),
     re.compile(_CTX_OBJ + r"\s+(?:must|has to|needs to|should)\s+(?:stay|remain|be kept|be at least)", _I),
     re.compile(r"\bat least\s+\d+(?:\.\d+)?k\b", _I),
     re.compile(r"keep\s+(?:the\s+|my\s+)?(?:full\s+)?(?:\d+k\s+)?" + _CTX_OBJ, _I),
@@ -829,6 +873,11 @@ _KEEP_FALSE = [
     re.compile(r"(?:不需要|用不到|不用|用不着)\s*(?:那么长|\d+\s*[kK])", _I),
     re.compile(r"\d+\s*[kK]\s*(?:的上下文)?\s*(?:就)?(?:够了|够用|足够)", _I),
     re.compile(_CTX_OBJ + r"\s*(?:无所谓|不重要|短一点也行|小一点也行)", _I),
+    # "context 短一点没关系"
+    re.compile(_CTX_OBJ + r"\s*(?:短|小)(?:一点|一些|点|些)?\s*(?:也)?(?:没关系|没事|无所谓|行|可以|ok|没问题|能接受)", _I),
+    # "I'd happily take a smaller context"
+    re.compile(r"(?:take|accept|live with|settle for|go with|use)\s+(?:a\s+)?(?:smaller|shorter|lower|reduced)\s+"
+               + _CTX_OBJ, _I),
     # "context 降到 8k 也 OK", "上下文减到 4k 也可以": a smaller size the user accepts
     re.compile(_CTX_OBJ + r"\s*(?:可以)?(?:降到|减到|缩到|调到|改成|改到|设成|砍到)\s*\d+(?:\.\d+)?\s*[kK]?\s*(?:的话)?\s*"
                r"(?:也|都)?\s*(?:ok|okay|行|可以|没问题|没事|无所谓|能接受|接受)", _I),
