@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """How well the memory model predicts the measured peak, before and after calibration.
 
-    OOMVET_RIG_CACHE=/work/main/.cache .venv/bin/python bench/bench_predict.py [--ollama-bin PATH]
+    OOMVET_RIG_CACHE=/work/main/.cache [OOMVET_RIG_VERSION=legacy] .venv/bin/python bench/bench_predict.py
 
-One engine per run (the rig's v0.11.4, or ``--ollama-bin`` for another
-build). For the 3 stand-in tags x 4 contexts, each a real load plus a request
+One engine per run: the rig's current v0.34.4 by default,
+``OOMVET_RIG_VERSION=legacy`` for v0.11.4, or ``--ollama-bin`` for another
+build. For the 3 stand-in tags x 4 contexts, each a real load plus a request
 (the context step's measurement): the measured peak, and the error of
 (a) the memory model alone, (b) calibrated with the 2048 load, (c) calibrated
 with the 2048 and 8192 loads, (d) Ollama's own /api/ps ``size``. A calibration

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The context search against a fine sweep and the old x4 ladder, on the rig.
 
-    OOMVET_RIG_CACHE=/work/main/.cache .venv/bin/python bench/bench_search.py [--ollama-bin PATH]
+    OOMVET_RIG_CACHE=/work/main/.cache [OOMVET_RIG_VERSION=legacy] .venv/bin/python bench/bench_search.py
 
-One engine per run (the rig's v0.11.4 by default; ``--ollama-bin`` points at
-another build, e.g. the v0.34.4 prefix). The F16 stand-in is swept every 256
+One engine per run: the rig's current v0.34.4 by default,
+``OOMVET_RIG_VERSION=legacy`` for v0.11.4 (``--ollama-bin`` points at another
+build). The F16 stand-in is swept every 256
 tokens from 2048 to its trained 8192 (every point a load plus a prompt that
 fills 85 %, as the context step measures), which gives the true largest
 fitting context for any budget. Three budgets between the 2048 peak and the

@@ -4,14 +4,22 @@ The memory model (``probes/memmodel.py``) says what a load should allocate;
 a real load says what it did, seen by this machine's memory source (runner
 RSS, NVML), which adds what no formula knows: the runtime's own overhead,
 pages a request touches or not, allocator rounding. Every measured load is a
-point. The fit is least squares of the measured peak against the model's
-context-dependent bytes (KV cache + compute buffer): an intercept (weights
-and overhead as this source sees them) and a slope (measured bytes per
-predicted byte, so the per-token cost is the slope x the model's KV per
-token). With one point only the intercept moves; from two on both do, and
-the residual says how well a straight line explains the points. The
-uncalibrated prediction is kept beside it, so a bench can show what the
-calibration bought.
+point.
+
+With one point the model's own growth is kept and only the intercept moves:
+``peak(c) = peak_1 + model(c) - model(c_1)``. From two points at different
+contexts on, the fit is least squares of the measured peak against the KV
+cache's bytes (linear in tokens x slots): an intercept (weights, overhead and
+the fixed part of the compute buffer, as this source sees them) and a slope
+(measured bytes per KV byte, so the per-token cost is the slope x the model's
+KV per token), with the residual saying how well a straight line explains
+the points. The regressor is the KV cache, not the model's KV + compute,
+because the compute buffer the model knows is the server's *estimate*: on
+the legacy engine a conservative maximum of two formulas that jumps between
+4096 and 8192 while the measured peak grows in a straight line (bench/README.md,
+``bench_predict.py``: a 2-point fit on the estimate missed by 5.1 %, on the KV
+cache by 0.9 %). The uncalibrated prediction is kept beside it, so a bench can
+show what the calibration bought.
 """
 from __future__ import annotations
 
@@ -51,32 +59,44 @@ class Calibration:
         self.points.append(Point(int(num_ctx), int(num_parallel), int(peak)))
 
     # -- the fit ---------------------------------------------------------------
-    def _x(self, num_ctx: int, num_parallel: int) -> tuple[int, int]:
+    def _kv(self, num_ctx: int, num_parallel: int) -> int:
+        return self.footprint(num_ctx, num_parallel).kv
+
+    def _growing(self, num_ctx: int, num_parallel: int) -> int:
         f = self.footprint(num_ctx, num_parallel)
-        return f.weights + f.output, f.kv + f.compute
+        return f.kv + f.compute
+
+    def _line(self) -> bool:
+        """Whether the points span two KV sizes: then a line is fitted."""
+        return len({self._kv(p.num_ctx, p.num_parallel) for p in self.points}) >= 2
 
     def fit(self) -> tuple[float, float, float | None]:
-        """``(intercept, slope, residual)``: peak ~ intercept + slope x (KV +
-        compute). Residual is the root-mean-square error in bytes (None with
-        fewer than three points: two points fit exactly)."""
+        """``(intercept, slope, residual)``. From two KV sizes on: peak ~
+        intercept + slope x KV bytes, the residual the root-mean-square error
+        in bytes (None with two points: they fit exactly). With fewer, the
+        model's own line, peak ~ intercept + 1 x (KV + compute), through the
+        point if there is one. A fitted slope outside :data:`SLOPE_RANGE`
+        is refused: the model's line through the points' mean instead."""
+        return self._fit()[:3]
+
+    def _fit(self) -> tuple[float, float, float | None, Callable[[int, int], int]]:
         if not self.points:
             f = self.footprint(2048, 1)
-            return float(f.weights + f.output), 1.0, None
-        xs = [self._x(p.num_ctx, p.num_parallel)[1] for p in self.points]
+            return float(f.weights + f.output), 1.0, None, self._growing
         ys = [p.peak for p in self.points]
-        slope = 1.0
-        distinct = len(set(xs)) >= 2
-        if distinct:
+        if self._line():
+            xs = [self._kv(p.num_ctx, p.num_parallel) for p in self.points]
             mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
             sxx = sum((x - mx) ** 2 for x in xs)
-            fitted = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-            if SLOPE_RANGE[0] <= fitted <= SLOPE_RANGE[1]:
-                slope = fitted
-        intercept = sum(y - slope * x for x, y in zip(xs, ys)) / len(xs)
-        residual = None
-        if len(xs) >= 3:
-            residual = math.sqrt(sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys)) / len(xs))
-        return intercept, slope, residual
+            slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+            if SLOPE_RANGE[0] <= slope <= SLOPE_RANGE[1]:
+                intercept = my - slope * mx
+                residual = None
+                if len(xs) >= 3:
+                    residual = math.sqrt(sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys)) / len(xs))
+                return intercept, slope, residual, self._kv
+        xs = [self._growing(p.num_ctx, p.num_parallel) for p in self.points]
+        return sum(y - x for x, y in zip(xs, ys)) / len(xs), 1.0, None, self._growing
 
     def per_token_bytes(self, kv_per_token: float) -> float:
         """Measured bytes per token of context: the fitted slope x the model's KV per token."""
@@ -92,8 +112,8 @@ class Calibration:
         point, the memory model before."""
         if not self.points:
             return self.uncalibrated(num_ctx, num_parallel)
-        intercept, slope, _ = self.fit()
-        return int(intercept + slope * self._x(num_ctx, num_parallel)[1])
+        intercept, slope, _, regressor = self._fit()
+        return int(intercept + slope * regressor(num_ctx, num_parallel))
 
     def largest_ctx(self, limit_bytes: int, lo: int, hi: int, num_parallel: int = 1,
                     step: int = 256) -> int | None:

@@ -18,15 +18,38 @@ def model(ctx, parallel=1):
 
 
 def truth(ctx):
-    """A source that sees 22 MiB of runtime on top and a 3% steeper slope."""
+    """A source that sees 22 MiB of runtime and a fixed compute buffer on top,
+    and 3% more per KV byte than the model says."""
     f = model(ctx)
-    return int(f.weights + f.output + 22 * MIB + 1.03 * (f.kv + f.compute))
+    return int(f.weights + f.output + 22 * MIB + model(2048).compute + 1.03 * f.kv)
 
 
 def test_without_points_the_prediction_is_the_models_own():
     cal = Calibration(model)
     assert cal.predict(4096) == cal.uncalibrated(4096) == model(4096).total
     assert cal.fit()[2] is None
+
+
+def runner(ctx, parallel=1):
+    return m.footprint(m.ENGINE_RUNNER, SMOL, int(256.63 * MIB), ctx, parallel, num_batch=512)
+
+
+def test_two_points_follow_the_kv_cache_not_the_legacy_estimates_compute_jumps():
+    # the legacy engine's compute estimate is a maximum of two formulas: flat to
+    # 4096, then steep; the runner's measured peak grows in a straight line with
+    # the tokens (bench_predict on v0.11.4: 422, 512, 615, 705 MiB at 2048..8192)
+    assert runner(8192).compute - runner(4096).compute > 10 * (runner(4096).compute - runner(2048).compute)
+
+    def measured(ctx):
+        return int(390 * MIB + 2.1 * runner(ctx).kv)
+
+    cal = Calibration(runner)
+    cal.add(2048, measured(2048))
+    cal.add(8192, measured(8192))
+    assert cal.fit()[1] == pytest.approx(2.1, rel=1e-6)
+    for ctx in (4096, 6144):
+        assert cal.predict(ctx) == pytest.approx(measured(ctx), rel=1e-4)
+    assert cal.per_token_bytes(runner(1).kv) == pytest.approx(2.1 * runner(1).kv, rel=1e-6)
 
 
 def test_one_point_moves_the_intercept_and_keeps_the_models_slope():
