@@ -43,6 +43,11 @@ WEIGHTS_MODEL = "neohorse-1:f16"
 WEIGHTS_ANSWERS = {"symptom": f"{WEIGHTS_MODEL} runs out of memory as soon as it loads", "want_ctx": 2048,
                    "lang": "en", "budget": "340MiB"}
 
+# the concurrency path: 4 users at once, so the method reaches the backend step
+# (on a server oomvet may not restart it changes num_batch, which needs none)
+CONCURRENCY_ANSWERS = {"symptom": f"{MODEL} runs out of memory when 4 users ask at the same time",
+                       "want_ctx": 2048, "want_parallel": 4, "lang": "en", "budget": "2GiB"}
+
 
 @dataclass
 class Case:
@@ -74,6 +79,7 @@ CASES = [
     Case("SIGTERM in baseline", "baseline", "sigterm"),
     Case("Ctrl-C in stability", "stability", "sigint"),
     Case("Ctrl-C in quant", "quant", "sigint", model=WEIGHTS_MODEL, answers=WEIGHTS_ANSWERS),
+    Case("Ctrl-C in backend", "backend", "sigint", answers=CONCURRENCY_ANSWERS),
     Case("output folder is a file", "start", "none", out="file"),
     Case("output folder read-only", "start", "none", out="ro"),
     Case("full disk for the output", "start", "none", out="full"),

@@ -22,7 +22,7 @@ import pytest
 from bench.fault_matrix import ANSWERS, CASES, MODEL, _started, run_case
 
 # In the default run (CI's) on the current engine: 10-20 minutes on 2 cores
-# (18 cases: 17 faults and the SIGKILL resume); bench/fault_matrix.py prints the table.
+# (19 cases: 18 faults and the SIGKILL resume); bench/fault_matrix.py prints the table.
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 ROOT = Path(__file__).resolve().parents[2]
 
