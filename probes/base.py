@@ -355,7 +355,7 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
             settle = getattr(env.api, "settle", None)
             if settle is not None:
                 busy = env.api.in_flight()
-                settled = settle(RESTORE_SETTLE_S) is not False
+                settled = bool(settle(RESTORE_SETTLE_S))
             # a cut request may have started a load that lands after the first pass
             restore(env.api, before, watch_s=RESTORE_WATCH_S if cut and busy else 0.0)
         except Exception as exc:

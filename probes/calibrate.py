@@ -17,8 +17,8 @@ the points. The regressor is the KV cache, not the model's KV + compute,
 because the compute buffer the model knows is the server's *estimate*: on
 the legacy engine a conservative maximum of two formulas that jumps between
 4096 and 8192 while the measured peak grows in a straight line (bench/README.md,
-``bench_predict.py``: a 2-point fit on the estimate missed by 5.1 %, on the KV
-cache by 0.9 %). The uncalibrated prediction is kept beside it, so a bench can
+``bench_predict.py`` at an 85 % fill: a 2-point fit on the estimate missed by
+up to 7.8 %, on the KV cache by 1.4 %). The uncalibrated prediction is kept beside it, so a bench can
 show what the calibration bought.
 """
 from __future__ import annotations

@@ -20,11 +20,10 @@ class LateLoadServer:
     """A server holding ``loaded`` (name -> num_ctx), with loads under way
     (name -> (num_ctx, reads of /api/ps until it lands))."""
 
-    def __init__(self, loaded: dict, loading: dict | None = None, relands: int = 1):
+    def __init__(self, loaded: dict, loading: dict | None = None):
         self.host = "http://fake"
         self.loaded = dict(loaded)
         self.loading = dict(loading or {})
-        self.relands = relands  # how many times a cut load starts again (a retried request)
         self.calls: list[str] = []
 
     def _tick(self) -> None:
@@ -42,8 +41,6 @@ class LateLoadServer:
     def unload(self, name: str, wait_s: float = 30.0) -> None:
         self.calls.append(f"unload {name}")
         self.loaded.pop(name, None)  # a model still loading is not touched
-        if name in self.loading and self.relands > 1:
-            self.relands -= 1
 
     def load(self, name: str, options=None) -> Generation:
         self.calls.append(f"load {name} {options}")
@@ -78,7 +75,7 @@ def test_watching_after_a_cut_probe_unloads_a_load_that_landed_late():
 
 
 def test_a_server_that_keeps_loading_is_reported_not_called_restored():
-    server = LateLoadServer({"neohorse-1:q4_1": 1024}, loading={"neohorse-1:q8_0": (8192, 2)}, relands=99)
+    server = LateLoadServer({"neohorse-1:q4_1": 1024}, loading={"neohorse-1:q8_0": (8192, 2)})
     original = server.unload
 
     def unload_and_restart(name, wait_s=30.0):  # someone else's client keeps asking for it
@@ -90,7 +87,7 @@ def test_a_server_that_keeps_loading_is_reported_not_called_restored():
         restore(server, users_model(), watch_s=1.0, passes=3)
 
 
-def test_a_reload_the_server_refuses_is_a_failed_restore(monkeypatch):
+def test_a_reload_the_server_refuses_is_a_failed_restore():
     server = LateLoadServer({"neohorse-1:q8_0": 4096})
     server.load = lambda name, options=None: Generation(ok=False, error="model requires more system memory")
     with pytest.raises(ProbeError, match="nothing loaded.*was neohorse-1:q4_1"):
