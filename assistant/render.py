@@ -81,8 +81,10 @@ MSG = catalog({
                           "v{version}); longer input is cut there",
                     "zh": "不带 num_ctx 的请求得到服务器默认的 {default} 个 token（{engine} 引擎，v{version}）；"
                           "更长的输入会在那里被截断"},
-    "ctx.calibrated": {"en": "calibrated: peak = {intercept} + {slope} x (KV + compute); residual {residual}",
-                       "zh": "已校准：峰值 = {intercept} + {slope} ×（KV + 计算缓冲）；残差 {residual}"},
+    "ctx.calibrated": {"en": "calibrated: peak = {intercept} + {slope} x KV cache; residual {residual}",
+                       "zh": "已校准：峰值 = {intercept} + {slope} × KV 缓存；残差 {residual}"},
+    "ctx.calibrated_model": {"en": "calibrated: peak = {intercept} + {slope} x (KV + compute); residual {residual}",
+                             "zh": "已校准：峰值 = {intercept} + {slope} ×（KV + 计算缓冲）；残差 {residual}"},
     "ctx.no_prediction": {"en": "no prediction for {model}: {error}", "zh": "无法预测 {model}：{error}"},
     "quant.no_sibling": {"en": "no lower-bit sibling of {model} on the server (levels are read from `ollama show`, "
                                "not from tag names)",

@@ -130,7 +130,9 @@ class Calibration:
         return best
 
     def to_dict(self) -> dict:
-        intercept, slope, residual = self.fit()
+        intercept, slope, residual, regressor = self._fit()
         return {"points": [[p.num_ctx, p.num_parallel, p.peak] for p in self.points],
                 "intercept": int(intercept), "slope": round(slope, 4),
-                "residual": None if residual is None else int(residual)}
+                "residual": None if residual is None else int(residual),
+                # what the slope multiplies: the KV cache (a fitted line) or the model's KV + compute
+                "basis": "kv" if regressor == self._kv else "kv+compute"}

@@ -147,7 +147,8 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
             result.notes.append(Note("ctx.default", default=default, engine=engine, version=version))
         if calibration is not None and calibration.points:
             fit = calibration.to_dict()
-            result.notes.append(Note("ctx.calibrated", intercept=fmt_size(fit["intercept"]), slope=fit["slope"],
+            key = "ctx.calibrated" if fit["basis"] == "kv" else "ctx.calibrated_model"
+            result.notes.append(Note(key, intercept=fmt_size(fit["intercept"]), slope=fit["slope"],
                                      residual="n/a" if fit["residual"] is None else fmt_size(fit["residual"])))
         result.facts.sort(key=lambda f: f["num_ctx"])
     return result

@@ -23,7 +23,8 @@ TEXT = {
                    "without an error",
     "ctx.default": "a request without num_ctx gets the server default of {default} tokens ({engine} engine, "
                    "v{version}); longer input is cut there",
-    "ctx.calibrated": "calibrated: peak = {intercept} + {slope} x (KV + compute); residual {residual}",
+    "ctx.calibrated": "calibrated: peak = {intercept} + {slope} x KV cache; residual {residual}",
+    "ctx.calibrated_model": "calibrated: peak = {intercept} + {slope} x (KV + compute); residual {residual}",
     "ctx.no_prediction": "no prediction for {model}: {error}",
     "quant.no_sibling": "no lower-bit sibling of {model} on the server (levels are read from `ollama show`, "
                         "not from tag names)",

@@ -50,6 +50,10 @@ def test_two_points_follow_the_kv_cache_not_the_legacy_estimates_compute_jumps()
     for ctx in (4096, 6144):
         assert cal.predict(ctx) == pytest.approx(measured(ctx), rel=1e-4)
     assert cal.per_token_bytes(runner(1).kv) == pytest.approx(2.1 * runner(1).kv, rel=1e-6)
+    assert cal.to_dict()["basis"] == "kv"
+    one = Calibration(runner)
+    one.add(2048, measured(2048))
+    assert one.to_dict()["basis"] == "kv+compute"  # one point: the model's own growth
 
 
 def test_one_point_moves_the_intercept_and_keeps_the_models_slope():
