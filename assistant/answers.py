@@ -33,21 +33,7 @@ from probes.units import SizeError, parse_size
 KEYS = ("symptom", "want_ctx", "want_parallel", "keep_context", "keep_concurrency", "budget", "lang", "model")
 YES_NO_KEYS = ("keep_context", "keep_concurrency")
 
-MSG = catalog({
-    "answers.missing": {"en": "answers file {path} does not exist", "zh": "答案文件 {path} 不存在"},
-    "answers.yaml": {"en": "answers file {path} is not valid YAML: {error}", "zh": "答案文件 {path} 不是有效的 YAML：{error}"},
-    "answers.mapping": {"en": "answers file {path} must be a mapping of keys to values",
-                        "zh": "答案文件 {path} 必须是“键: 值”的映射"},
-    "answers.unknown": {"en": "answers file {path}: unknown key {key!r} (known: {known})",
-                        "zh": "答案文件 {path}：未知的键 {key!r}（可用：{known}）"},
-    "answers.what.text": {"en": "text", "zh": "文本"},
-    "answers.bad": {"en": "answers file {path}: {key} = {value!r} is not {what}",
-                    "zh": "答案文件 {path}：{key} = {value!r} 不是{what}"},
-    "answers.what.number": {"en": "a number", "zh": "数字"},
-    "answers.what.size": {"en": "a size like 8GiB or 80%", "zh": "像 8GiB 或 80% 这样的大小"},
-    "answers.what.yesno": {"en": "yes or no", "zh": "是或否"},
-    "answers.what.model": {"en": "a model name such as qwen2.5:7b", "zh": "像 qwen2.5:7b 这样的模型名"},
-})
+MSG = catalog("answers")
 
 
 @dataclass(frozen=True)

@@ -21,28 +21,7 @@ from typing import Callable, Mapping
 from assistant.errors import UsageError
 from assistant.i18n import catalog, t
 
-MSG = catalog({
-    "atomic.not_a_folder": {
-        "en": "cannot write to {path}: it exists and is not a folder",
-        "zh": "无法写入 {path}：该路径已存在且不是文件夹",
-    },
-    "atomic.cannot_create": {
-        "en": "cannot create the output folder {path}: {reason}",
-        "zh": "无法创建输出文件夹 {path}：{reason}",
-    },
-    "atomic.cannot_write": {
-        "en": "cannot write to the output folder {path}: {reason}; nothing was written",
-        "zh": "无法写入输出文件夹 {path}：{reason}；未写入任何文件",
-    },
-    "atomic.target_not_file": {
-        "en": "cannot write {path}: a folder or special file is in the way; nothing was written",
-        "zh": "无法写入 {path}：该位置已有文件夹或特殊文件；未写入任何文件",
-    },
-    "atomic.bad_name": {
-        "en": "refusing to write {name!r}: output file names must be plain names inside the output folder",
-        "zh": "拒绝写入 {name!r}：输出文件名必须是输出文件夹内的普通文件名",
-    },
-})
+MSG = catalog("atomic")
 
 def check_out_dir(out_dir: os.PathLike | str, lang: str | None = None) -> None:
     """Refuse, in one line and before anything is measured, an output folder

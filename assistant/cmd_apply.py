@@ -34,76 +34,7 @@ _NAME = re.compile(r"^(?:\w[\w-]*/)?\w[\w.-]{0,79}(?::\w[\w.-]{0,79})?$", re.ASC
 _HOST = re.compile(r"^(?:https?://)?[A-Za-z0-9._\-\[\]:]+(?::\d+)?/?$")
 _UNREACHABLE = ("could not connect", "connection refused", "no such host", "connect: ")
 
-MSG = catalog({
-    "apply.help": {
-        "en": "create the recommended model in Ollama (ollama create) and print the server settings to set",
-        "zh": "在 Ollama 中创建推荐的模型（ollama create），并打印需要设置的服务器参数",
-    },
-    "apply.nothing": {
-        "en": "{path} records that no config fits; there is nothing to apply",
-        "zh": "{path} 记录的是没有能放下的配置；无可应用",
-    },
-    "apply.unverified": {
-        "en": "warning: this config is NOT verified (verified: false); retest after applying it",
-        "zh": "警告：该配置未经验证（verified: false）；应用后请复测",
-    },
-    "apply.bad_name": {
-        "en": "--name {name!r} is not a valid Ollama model name (e.g. neohorse-1-oomvet:q8_0)",
-        "zh": "--name {name!r} 不是有效的 Ollama 模型名（例如 neohorse-1-oomvet:q8_0）",
-    },
-    "apply.bad_host": {
-        "en": "--host {host!r} is not a server address (e.g. http://127.0.0.1:11434)",
-        "zh": "--host {host!r} 不是服务器地址（例如 http://127.0.0.1:11434）",
-    },
-    "apply.step_create": {
-        "en": "# 1. create {name} from {tag} (per-model settings {params}; no restart needed):",
-        "zh": "# 1. 从 {tag} 创建 {name}（模型级设置 {params}；无需重启）：",
-    },
-    "apply.step_env": {
-        "en": "# 2. server settings {env}: oomvet cannot change a running server; they need a restart:",
-        "zh": "# 2. 服务器设置 {env}：oomvet 无法修改正在运行的服务器；需要重启后生效：",
-    },
-    "apply.step_env_none": {
-        "en": "# 2. no server settings to change",
-        "zh": "# 2. 无需更改服务器设置",
-    },
-    "apply.step_use": {
-        "en": "# 3. use it: requests to {name} get these settings without passing options",
-        "zh": "# 3. 使用：对 {name} 的请求无需传入选项即可使用这些设置",
-    },
-    "apply.dry_run": {
-        "en": "# dry run: nothing was run or changed",
-        "zh": "# 演练：未运行或更改任何内容",
-    },
-    "apply.running": {
-        "en": "running: {command}",
-        "zh": "正在运行：{command}",
-    },
-    "apply.created": {
-        "en": "created {name} on {host}",
-        "zh": "已在 {host} 上创建 {name}",
-    },
-    "apply.no_binary": {
-        "en": "cannot find the ollama program ({bin})",
-        "zh": "找不到 ollama 程序（{bin}）",
-    },
-    "apply.no_binary_hint": {
-        "en": "install Ollama, put it on PATH or set OLLAMA_BIN; or use --dry-run to see the commands",
-        "zh": "请安装 Ollama、把它加入 PATH 或设置 OLLAMA_BIN；也可用 --dry-run 查看命令",
-    },
-    "apply.unreachable": {
-        "en": "the Ollama server at {host} did not answer: {detail}",
-        "zh": "{host} 上的 Ollama 服务器没有响应：{detail}",
-    },
-    "apply.create_failed": {
-        "en": "ollama create {name} failed: {detail}",
-        "zh": "ollama create {name} 失败：{detail}",
-    },
-    "apply.timeout": {
-        "en": "ollama create {name} did not finish within {seconds:.0f} s",
-        "zh": "ollama create {name} 在 {seconds:.0f} 秒内没有完成",
-    },
-})
+MSG = catalog("cmd_apply")
 
 
 class ApplyError(OomvetError):

@@ -18,35 +18,7 @@ from assistant.session import Session
 from assistant.ui import ChatUI, QuitSession
 from assistant.world import add_world_args, open_world
 
-MSG = catalog({
-    "chat.hello": {"en": "oomvet — tell me about the out-of-memory problem (English or 中文). /quit leaves.",
-                   "zh": "oomvet — 请描述你遇到的显存不足问题（中文或 English 均可）。输入 /quit 退出。"},
-    "chat.heard": {"en": "I read: {phase}{model}{ctx}{par}{budget}{error}.",
-                   "zh": "我理解到：{phase}{model}{ctx}{par}{budget}{error}。"},
-    "chat.wrote": {"en": "Wrote {n} files to {out}: {names}", "zh": "已写入 {n} 个文件到 {out}：{names}"},
-    "chat.bye": {"en": "Bye — nothing was changed on your server.", "zh": "再见 — 你的服务器没有被修改。"},
-    "chat.model": {"en": ", model {v}", "zh": "，模型 {v}"},
-    "chat.ctx": {"en": ", context {v}", "zh": "，上下文 {v}"},
-    "chat.par": {"en": ", {v} at once", "zh": "，并发 {v}"},
-    "chat.budget": {"en": ", memory {v}", "zh": "，显存 {v}"},
-    "chat.ctx_est": {"en": ", context about {v} tokens (estimated from the length)",
-                     "zh": "，上下文约 {v} 个 token（按长度估计）"},
-    "chat.share": {"en": ", memory {v} of the device", "zh": "，显存的 {v}"},
-    "chat.llm_failed": {"en": "The helper model {model} did not read the message ({error}); using the parser's reading.",
-                        "zh": "辅助模型 {model} 没有读取这条消息（{error}）；使用解析器的读法。"},
-    "chat.llm_used": {"en": "The helper model {model} read the message too; its reading was used for: {fields}.",
-                      "zh": "辅助模型 {model} 也读了这条消息；采用了它的读法：{fields}。"},
-    "chat.llm_unload_failed": {"en": "Could not unload the helper model {model} before measuring ({error}).",
-                               "zh": "测量前无法卸载辅助模型 {model}（{error}）。"},
-    "chat.error": {"en": ", error “{v}”", "zh": "，报错“{v}”"},
-    "chat.phase.load": {"en": "fails at load", "zh": "加载时失败"},
-    "chat.phase.long_input": {"en": "fails with long input", "zh": "长输入时失败"},
-    "chat.phase.concurrent": {"en": "fails with several requests at once", "zh": "并发请求时失败"},
-    "chat.phase.slow": {"en": "runs slowly (likely spilled to CPU)", "zh": "运行很慢（可能溢出到 CPU）"},
-    "chat.phase.creeping": {"en": "memory creeps up", "zh": "显存持续上涨"},
-    "chat.phase.crash": {"en": "crashes", "zh": "崩溃"},
-    "chat.phase.unknown": {"en": "no clear symptom yet", "zh": "还没有明确的症状"},
-})
+MSG = catalog("cmd_chat")
 
 
 def add_parser(sub) -> None:

@@ -14,30 +14,7 @@ from assistant.config import ConfigError, inspect_text, read_text
 from assistant.errors import EXIT_OK, EXIT_USAGE
 from assistant.i18n import LANGS, catalog, t
 
-MSG = catalog({
-    "check.help": {
-        "en": "validate an oomvet.yaml (bad YAML, unknown keys, impossible values); writes nothing",
-        "zh": "检查 oomvet.yaml（YAML 格式、未知键、不可能的取值）；不写入任何文件",
-    },
-    "check.valid": {
-        "en": "{path}: valid; {model}: max_context_len {ctx}, max_batch_size {batch}, max_concurrency {par}, "
-            "{quant}, kv_cache {kv}",
-        "zh": "{path}：有效；{model}：max_context_len {ctx}，max_batch_size {batch}，max_concurrency {par}，"
-            "{quant}，kv_cache {kv}",
-    },
-    "check.valid_nofit": {
-        "en": "{path}: valid; it records that no config fits (nothing to apply)",
-        "zh": "{path}：有效；其中记录没有能放下的配置（无可应用）",
-    },
-    "check.unverified": {
-        "en": "{path}: note: verified is false; retest before relying on it",
-        "zh": "{path}：注意：verified 为 false；依赖它之前请复测",
-    },
-    "check.summary": {
-        "en": "{path}: {n} problem(s); nothing was changed",
-        "zh": "{path}：{n} 个问题；未做任何更改",
-    },
-})
+MSG = catalog("cmd_check")
 
 
 def add_parser(subparsers) -> None:

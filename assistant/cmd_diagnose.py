@@ -21,11 +21,7 @@ from assistant.session import Session
 from assistant.ui import AutoUI
 from assistant.world import add_world_args, open_world
 
-MSG = catalog({
-    "diagnose.wrote": {"en": "wrote {n} files to {out}: {names}", "zh": "已写入 {n} 个文件到 {out}：{names}"},
-    "diagnose.model": {"en": "which model? pass --model TAG, or model: in the answers file",
-                       "zh": "请指定模型：使用 --model TAG，或在答案文件中写 model:"},
-})
+MSG = catalog("cmd_diagnose")
 
 
 def add_parser(sub) -> None:

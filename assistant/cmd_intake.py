@@ -20,41 +20,7 @@ from assistant.i18n import LANGS, catalog, get_lang, t
 from assistant.intake import Intake, has_words, parse, phase_text
 from probes.units import fmt_size
 
-MSG = catalog({
-    "cmd_intake.help": {
-        "en": "show the facts oomvet reads from one message (Chinese or English)",
-        "zh": "显示 oomvet 从一条消息（中文或英文）中读出的事实",
-    },
-    "cmd_intake.title": {"en": "What I read from your message", "zh": "我从你的消息中读到的信息"},
-    "cmd_intake.phase": {"en": "When it fails", "zh": "出问题的时机"},
-    "cmd_intake.model": {"en": "Model", "zh": "模型"},
-    "cmd_intake.ctx": {"en": "Context", "zh": "上下文"},
-    "cmd_intake.ctx_value": {"en": "{n} tokens", "zh": "{n} 个 token"},
-    "cmd_intake.parallel": {"en": "Concurrent requests", "zh": "并发请求数"},
-    "cmd_intake.budget": {"en": "GPU memory", "zh": "显存"},
-    "cmd_intake.gpu": {"en": "GPU", "zh": "显卡"},
-    "cmd_intake.error": {"en": "Error quoted", "zh": "引用的报错"},
-    "cmd_intake.keep": {"en": "Context may shrink", "zh": "能否减少上下文"},
-    "cmd_intake.keep_yes": {"en": "no, it must stay", "zh": "不能，必须保持"},
-    "cmd_intake.keep_no": {"en": "yes", "zh": "可以"},
-    "cmd_intake.unset": {"en": "not said", "zh": "未提及"},
-    "cmd_intake.llm_used": {
-        "en": "Chat model {model} also read the message; its reading was used for: {fields}",
-        "zh": "聊天模型 {model} 也读了这条消息，采用了它的读法：{fields}",
-    },
-    "cmd_intake.llm_nothing": {
-        "en": "Chat model {model} also read the message; it added nothing",
-        "zh": "聊天模型 {model} 也读了这条消息，没有补充内容",
-    },
-    "cmd_intake.llm_failed": {
-        "en": "Chat model {model} did not answer at {host} ({error}); these are the parser's facts alone",
-        "zh": "聊天模型 {model} 在 {host} 没有应答（{error}）；以下仅为解析器读出的事实",
-    },
-    "cmd_intake.stdin_failed": {
-        "en": "cannot read the message from standard input",
-        "zh": "无法从标准输入读取消息",
-    },
-})
+MSG = catalog("cmd_intake")
 
 _DEFAULT_HOST = "http://127.0.0.1:11434"
 

@@ -23,31 +23,7 @@ from probes import memmodel, predict
 from probes.units import SizeError, fmt_size, parse_size
 from rules.thresholds import fit_limit
 
-MSG = catalog({
-    "cmd_plan.help": {"en": "predicted memory per tag and the largest context that fits, no loads",
-                      "zh": "按标签预测显存占用与可容纳的最大上下文（不加载模型）"},
-    "cmd_plan.title": {"en": "Predicted for {model} on {vram} ({engine} engine, Ollama {version}); nothing loaded",
-                       "zh": "{model} 在 {vram} 上的预测（{engine} 引擎，Ollama {version}）；未加载任何模型"},
-    "cmd_plan.col_tag": {"en": "tag", "zh": "标签"},
-    "cmd_plan.col_weights": {"en": "weights", "zh": "权重"},
-    "cmd_plan.col_kv": {"en": "KV / token", "zh": "每 token KV"},
-    "cmd_plan.col_compute": {"en": "compute", "zh": "计算缓冲"},
-    "cmd_plan.col_at_ctx": {"en": "total at {ctx}", "zh": "{ctx} 时合计"},
-    "cmd_plan.col_max_ctx": {"en": "max num_ctx", "zh": "最大 num_ctx"},
-    "cmd_plan.col_default": {"en": "server default", "zh": "服务器默认"},
-    "cmd_plan.none": {"en": "does not fit", "zh": "放不下"},
-    "cmd_plan.default_note": {
-        "en": "A request without num_ctx gets {ctx} tokens on this card; {verdict}.",
-        "zh": "未设置 num_ctx 的请求在这张卡上得到 {ctx} 个 token 的上下文；{verdict}。",
-    },
-    "cmd_plan.default_fits": {"en": "predicted to fit", "zh": "预测可以放下"},
-    "cmd_plan.default_over": {"en": "predicted NOT to fit: set num_ctx (or OLLAMA_CONTEXT_LENGTH)",
-                              "zh": "预测放不下：请设置 num_ctx（或 OLLAMA_CONTEXT_LENGTH）"},
-    "cmd_plan.bad_ctx": {"en": "--ctx and --parallel must be positive whole numbers, got {value!r}",
-                         "zh": "--ctx 和 --parallel 必须是正整数，收到 {value!r}"},
-    "cmd_plan.bad_vram": {"en": "--vram: {why}", "zh": "--vram：{why}"},
-    "cmd_plan.bad_kv": {"en": "--kv must be one of {known}, got {value!r}", "zh": "--kv 必须是 {known} 之一，收到 {value!r}"},
-})
+MSG = catalog("cmd_plan")
 
 STEP = 256
 

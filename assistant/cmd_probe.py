@@ -19,17 +19,7 @@ from probes.units import fmt_size
 
 NAMES = ("baseline", "context", "quant", "backend", "stability")
 
-MSG = catalog({
-    "probe.running": {"en": "running probe {name} on {model} ({where})…",
-                      "zh": "正在对 {model} 运行探测 {name}（{where}）…"},
-    "probe.limit": {"en": "memory limit: {limit} ({note})", "zh": "内存上限：{limit}（{note}）"},
-    "probe.source": {"en": "memory source: {source} — {why}", "zh": "内存读数来源：{source} — {why}"},
-    "probe.note": {"en": "note: {text}", "zh": "说明：{text}"},
-    "probe.bad_value": {"en": "--value must be a whole number above 0 for --knob num_batch / num_parallel, got {value!r}",
-                        "zh": "--knob 为 num_batch / num_parallel 时，--value 必须是大于 0 的整数，收到 {value!r}"},
-    "probe.knob_needed": {"en": "the backend probe needs --knob and --value",
-                          "zh": "backend 探测需要 --knob 和 --value 参数"},
-})
+MSG = catalog("cmd_probe")
 
 
 def add_parser(sub) -> None:

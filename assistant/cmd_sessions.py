@@ -17,12 +17,7 @@ from assistant.errors import EXIT_USAGE, UsageError
 from assistant.i18n import catalog, t
 from assistant.journal import Journal
 
-MSG = catalog({
-    "sessions.none": {"en": "no sessions in the journal yet ({path})", "zh": "日志中还没有会话（{path}）"},
-    "sessions.wrote": {"en": "wrote {n} files to {out}: {names}", "zh": "已写入 {n} 个文件到 {out}：{names}"},
-    "sessions.unfinished": {"en": "session {sid} did not finish; oomvet resume {sid} runs it on",
-                            "zh": "会话 {sid} 尚未完成；oomvet resume {sid} 可继续运行"},
-})
+MSG = catalog("cmd_sessions")
 
 COLUMNS = ("id", "started", "model", "server", "cause", "verified", "state")
 

@@ -12,41 +12,7 @@ from assistant.i18n import catalog, t
 from probes import sim
 from probes.units import fmt_size
 
-MSG = catalog({
-    "cmd_simulate.help": {
-        "en": "serve a simulated GPU + Ollama from a scenario file (until Ctrl-C)",
-        "zh": "按场景文件模拟一块 GPU 和一个 Ollama 服务（按 Ctrl-C 结束）",
-    },
-    "cmd_simulate.arg_scenario": {
-        "en": "scenario file (YAML), e.g. scenarios/kv_cache.yaml",
-        "zh": "场景文件（YAML），例如 scenarios/kv_cache.yaml",
-    },
-    "cmd_simulate.arg_port": {
-        "en": "loopback port to listen on (default: any free port)",
-        "zh": "监听的本机端口（默认：任选一个空闲端口）",
-    },
-    "cmd_simulate.serving": {
-        "en": "Simulated Ollama {version} at {url}",
-        "zh": "模拟的 Ollama {version} 已在 {url} 上运行",
-    },
-    "cmd_simulate.device": {
-        "en": "Device: {name} ({vendor}), {total} total, {others} held by other processes",
-        "zh": "设备：{name}（{vendor}），共 {total}，其他进程占用 {others}",
-    },
-    "cmd_simulate.models": {"en": "Models: {tags}", "zh": "模型：{tags}"},
-    "cmd_simulate.server": {
-        "en": "Server: OLLAMA_NUM_PARALLEL={parallel} OLLAMA_FLASH_ATTENTION={fa} "
-              "OLLAMA_KV_CACHE_TYPE={kv} OLLAMA_CONTEXT_LENGTH={ctx}",
-        "zh": "服务设置：OLLAMA_NUM_PARALLEL={parallel} OLLAMA_FLASH_ATTENTION={fa} "
-              "OLLAMA_KV_CACHE_TYPE={kv} OLLAMA_CONTEXT_LENGTH={ctx}",
-    },
-    "cmd_simulate.hint": {
-        "en": "Try: OLLAMA_HOST={hostport} ollama ps    or    oomvet chat --host {url}",
-        "zh": "试试：OLLAMA_HOST={hostport} ollama ps    或    oomvet chat --host {url}",
-    },
-    "cmd_simulate.stop": {"en": "Press Ctrl-C to stop.", "zh": "按 Ctrl-C 结束。"},
-    "cmd_simulate.stopped": {"en": "Simulator stopped.", "zh": "模拟器已停止。"},
-})
+MSG = catalog("cmd_simulate")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -1,21 +1,30 @@
 """Every message the assistant prints, in English and Chinese.
 
-Each module keeps its own messages next to its code and registers them with
-:func:`catalog`; :func:`t` looks one up in the current language. A message
+Each module's messages live in a data file of their own,
+``assistant/messages/<module>.yaml`` (``{key: {en: ..., zh: ...}}``), so a
+translator edits text, not code; the module registers them with
+:func:`catalog` and :func:`t` looks one up in the current language. A message
 missing either language is refused at import time, so a Chinese user never
 meets an English-only line.
 """
 from __future__ import annotations
 
 import os
+from importlib import resources
+
+import yaml
 
 LANGS = ("en", "zh")
 _MESSAGES: dict[str, dict[str, str]] = {}
 _current = {"lang": None}
 
 
-def catalog(messages: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    """Register ``{key: {"en": ..., "zh": ...}}``; returns it for local use."""
+def catalog(messages: str | dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Register ``{key: {"en": ..., "zh": ...}}``, or the messages file
+    ``assistant/messages/<messages>.yaml`` when given a name; returns them for
+    local use."""
+    if isinstance(messages, str):
+        messages = _load(messages)
     for key, texts in messages.items():
         missing = [lang for lang in LANGS if not texts.get(lang)]
         if missing:
@@ -24,6 +33,14 @@ def catalog(messages: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
             raise ValueError(f"message {key!r} registered twice with different texts")
         _MESSAGES[key] = texts
     return messages
+
+
+def _load(name: str) -> dict[str, dict[str, str]]:
+    text = resources.files("assistant").joinpath("messages", f"{name}.yaml").read_text(encoding="utf-8")
+    loaded = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    if not isinstance(loaded, dict):
+        raise ValueError(f"messages file {name}.yaml is not a mapping")
+    return loaded
 
 
 def default_lang() -> str:

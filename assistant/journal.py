@@ -28,33 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 from assistant.errors import OomvetError
 from assistant.i18n import catalog, t
 
-MSG = catalog({
-    "journal.cannot_open": {"en": "cannot open the session journal {path}: {reason}",
-                            "zh": "无法打开会话日志 {path}：{reason}"},
-    "journal.cannot_write": {
-        "en": "cannot write the session journal {path}: {reason}; the session stopped here, "
-              "everything before it is kept (oomvet resume {sid})",
-        "zh": "无法写入会话日志 {path}：{reason}；会话在此停止，之前的记录都已保存（oomvet resume {sid}）"},
-    "journal.newer": {"en": "the session journal {path} was written by a newer oomvet (schema {found}, "
-                            "this one knows {known})",
-                      "zh": "会话日志 {path} 由更新版本的 oomvet 写入（结构版本 {found}，本版本支持 {known}）"},
-    "journal.unknown": {"en": "no session {sid} in the journal (oomvet sessions lists them)",
-                        "zh": "日志中没有会话 {sid}（用 oomvet sessions 查看）"},
-    "journal.resuming": {"en": "resuming session {sid} from its last complete fact ({n} facts kept)",
-                         "zh": "从最后一条完整记录继续会话 {sid}（保留 {n} 条事实）"},
-    "journal.rerun": {"en": "the {probe} probe was cut in the middle: its readings are not trusted, it runs again",
-                      "zh": "{probe} 测量在中途被打断：其读数不可信，将重新运行"},
-    "journal.undo": {"en": "putting back what the cut session changed on the server: {what}",
-                     "zh": "恢复被打断的会话对服务器所做的改动：{what}"},
-    "journal.finished": {"en": "session {sid} is finished; oomvet report {sid} writes its files again",
-                         "zh": "会话 {sid} 已完成；oomvet report {sid} 可重新写出其文件"},
-    "journal.cannot_resume": {"en": "session {sid} was a {command} session; only diagnose sessions can be resumed",
-                              "zh": "会话 {sid} 是 {command} 会话；只有 diagnose 会话可以继续"},
-    "journal.keep_hint": {"en": "the session is kept: oomvet report {sid} --out DIR writes the files elsewhere",
-                          "zh": "会话已保存：oomvet report {sid} --out DIR 可将文件写到别处"},
-    "journal.restore_cmd": {"en": "could not put the server back as it was ({reason}); to restore it run: {command}",
-                            "zh": "无法将服务器恢复原状（{reason}）；请运行以下命令恢复：{command}"},
-})
+MSG = catalog("journal")
 
 #: the schema this code writes; older journals are migrated up to it
 SCHEMA_VERSION = 2

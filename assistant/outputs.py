@@ -20,20 +20,7 @@ from assistant.atomic import write_files
 from assistant.config import dump_config, env_text, ollama_of
 from assistant.i18n import catalog, t
 
-MSG = catalog({
-    "outputs.restart_systemd": {
-        "en": "# Linux, server run by systemd:",
-        "zh": "# Linux（由 systemd 运行服务器）：",
-    },
-    "outputs.restart_macos": {
-        "en": "# macOS app: set each variable, then quit and reopen Ollama:",
-        "zh": "# macOS 应用：逐个设置变量，然后退出并重新打开 Ollama：",
-    },
-    "outputs.restart_manual": {
-        "en": "# a server you start yourself: stop it, then",
-        "zh": "# 自己启动的服务器：先停止它，然后运行",
-    },
-})
+MSG = catalog("outputs")
 
 CONFIG_NAME = "oomvet.yaml"
 MODELFILE_NAME = "Modelfile"

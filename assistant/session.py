@@ -302,12 +302,4 @@ def _summary(result: ProbeResult, lang: str) -> str:
     return text
 
 
-MSG = catalog({
-    "session.ok": {"en": "{name}: ok", "zh": "{name}：通过"},
-    "session.failed": {"en": "{name}: failed", "zh": "{name}：未通过"},
-    "session.peak": {"en": ", peak {peak}", "zh": "，峰值 {peak}"},
-    "session.asked": {"en": "asked {question}: {value!r}", "zh": "询问 {question}：{value!r}"},
-    "session.skipped": {"en": "skipped by the user", "zh": "用户跳过"},
-    "session.stopped": {"en": "stopped by the user", "zh": "用户中止"},
-    "session.refused": {"en": "refused by the user", "zh": "用户拒绝"},
-})
+MSG = catalog("session")

@@ -29,19 +29,7 @@ from probes.server import ForeignServer
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 
-MSG = catalog({
-    "world.blind": {
-        "en": "no Ollama process of this machine serves {host}: the figures are what that server reports "
-              "in /api/ps, not measurements, and no config can be verified from here",
-        "zh": "本机没有 Ollama 进程在提供 {host}：数据来自该服务器 /api/ps 的自报，并非实测，"
-              "因此从这里无法验证任何配置",
-    },
-    "world.cannot_see_listener": {
-        "en": "note: this machine does not let oomvet see which process listens on that port; "
-              "every Ollama runner of this machine is counted",
-        "zh": "注意：本机不允许 oomvet 查看是哪个进程在监听该端口；将统计本机所有 Ollama 运行进程",
-    },
-})
+MSG = catalog("world")
 
 
 def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = False) -> None:

@@ -65,36 +65,7 @@ class Intake:
         return asdict(self)
 
 
-MSG = catalog({
-    "intake.phase.load": {
-        "en": "fails while loading the model (the weights may not fit)",
-        "zh": "加载模型时就失败（可能是权重放不下）",
-    },
-    "intake.phase.long_input": {
-        "en": "works with short input, fails with long input or a large context (KV cache)",
-        "zh": "短输入正常，长输入或大上下文时失败（KV 缓存）",
-    },
-    "intake.phase.concurrent": {
-        "en": "fails when several requests run at once",
-        "zh": "多个请求同时运行时失败",
-    },
-    "intake.phase.slow": {
-        "en": "runs very slowly, partly or fully on the CPU",
-        "zh": "运行很慢，部分或全部跑在 CPU 上",
-    },
-    "intake.phase.creeping": {
-        "en": "memory keeps growing over time or is not released",
-        "zh": "显存随时间一直增长或不释放",
-    },
-    "intake.phase.crash": {
-        "en": "crashes with an error not yet tied to a phase",
-        "zh": "报错崩溃，尚不清楚发生在哪个阶段",
-    },
-    "intake.phase.unknown": {
-        "en": "not clear yet when it fails",
-        "zh": "还不清楚何时出问题",
-    },
-})
+MSG = catalog("intake")
 
 
 def phase_text(phase: str, lang: str | None = None) -> str:
