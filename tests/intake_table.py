@@ -17,6 +17,7 @@ from probes.units import parse_size
 GiB = 1 << 30
 FIELDS = ("lang", "phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error", "keep_context")
 CORPUS = Path(__file__).parent / "data" / "intake"
+PINNED = Path(__file__).parent / "data" / "pinned"
 #: what the corpus labels, beyond the language (the messages' language is not labelled)
 CORPUS_FIELDS = ("when", "what", "phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error",
                  "keep_context")
@@ -41,6 +42,22 @@ def observed(text: str) -> dict:
 #: the corpus in the batches it was written in: the first batch split 70/30 by
 #: position (dev.yaml / heldout.yaml); later batches went whole to one side
 PARTS = {"dev": ("dev", "dev2", "dev3", "dev4"), "heldout": ("heldout", "heldout2", "heldout3", "heldout4")}
+
+
+def pinned_cases(lang: str) -> list:
+    """The pinned table of one language (tests/data/pinned/intake_<lang>.yaml)
+    as ``pytest.param(text, expected, id=...)`` rows."""
+    import pytest
+
+    rows = yaml.safe_load((PINNED / f"intake_{lang}.yaml").read_text(encoding="utf-8"))
+    out = []
+    for row in rows:
+        row = dict(row)
+        ident, text, phase = row.pop("id"), row.pop("text"), row.pop("phase")
+        if "budget" in row:
+            row["budget"] = parse_size(row["budget"])
+        out.append(pytest.param(text, expect(lang, phase, **row), id=ident))
+    return out
 
 
 def load_batch(stem: str) -> list[dict]:
