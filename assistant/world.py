@@ -109,7 +109,14 @@ def open_world(args, log=None) -> Iterator[World]:
             nvml_lib, smi_runner = handle.nvml, handle.smi_runner
             server_log, log_why = MemoryLog(lambda: handle.state.log), "the simulator's log"
         elif getattr(args, "rig", False):
-            from probes.rig import Rig
+            try:
+                from oomrig import Rig  # the test rig: the "rig" extra (gguf, numpy)
+            except ModuleNotFoundError as exc:
+                if exc.name not in ("oomrig", "gguf", "numpy"):
+                    raise
+                from assistant.errors import DependencyError
+
+                raise DependencyError(t("world.no_rig", missing=exc.name)) from None
 
             rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}"),
                                           version=getattr(args, "rig_version", None)))

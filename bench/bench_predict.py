@@ -27,7 +27,7 @@ from probes.base import ProbeEnv  # noqa: E402
 from probes.calibrate import Calibration  # noqa: E402
 from probes.memory.host import HostReader, is_ollama_runner  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402
-from probes.rig import Rig  # noqa: E402
+from oomrig import Rig  # noqa: E402
 from probes.units import fmt_size  # noqa: E402
 
 TAGS = ("neohorse-1:f16", "neohorse-1:q8_0", "neohorse-1:q4_1")

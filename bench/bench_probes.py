@@ -19,7 +19,7 @@ from probes import backend, baseline, context, quant, stability  # noqa: E402
 from probes.base import ProbeEnv  # noqa: E402
 from probes.memory.select import select_reader  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402
-from probes.rig import Rig  # noqa: E402
+from oomrig import Rig  # noqa: E402
 from probes.units import fmt_size  # noqa: E402
 
 

@@ -29,7 +29,7 @@ from probes import context  # noqa: E402
 from probes.base import ProbeEnv  # noqa: E402
 from probes.memory.host import HostReader, is_ollama_runner  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402
-from probes.rig import Rig  # noqa: E402
+from oomrig import Rig  # noqa: E402
 from probes.units import fmt_size  # noqa: E402
 from rules.thresholds import fit_limit  # noqa: E402
 

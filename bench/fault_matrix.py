@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from probes.ollama_api import Ollama  # noqa: E402
-from probes.rig import Rig  # noqa: E402
+from oomrig import Rig  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
 
 MODEL = "neohorse-1:q8_0"

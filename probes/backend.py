@@ -15,7 +15,10 @@ import threading
 import time
 import uuid
 
-from probes.base import ProbeEnv, ProbeResult, restoring, sampled, server_settings, spill_error, timed
+from probes.base import ProbeEnv, restoring, server_settings
+from probes.evidence import spill_error
+from probes.result import ProbeResult, timed
+from probes.step import sampled
 from probes.context import calibrate
 from probes.errors import ProbeError
 from probes.notes import Note

@@ -12,8 +12,10 @@ from __future__ import annotations
 import time
 
 from probes import sanity
-from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_facts, log_window, measure_checked, restoring,
-                         sampled, server_settings, timed)
+from probes.base import ProbeEnv, restoring, server_settings
+from probes.evidence import failure_fields, log_facts, log_window
+from probes.result import ProbeResult, timed
+from probes.step import measure_checked, sampled
 
 DEFAULT_NUM_CTX = 2048
 DEFAULT_SETTLE_S = 30.0

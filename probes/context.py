@@ -22,8 +22,10 @@ from __future__ import annotations
 import time
 import uuid
 
-from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_window, over_limit_text,
-                         restoring, sampled, server_settings, spill_error, timed)
+from probes.base import ProbeEnv, restoring, server_settings
+from probes.evidence import failure_fields, log_window, spill_error
+from probes.result import ProbeResult, timed
+from probes.step import over_limit_text, sampled
 from probes import predict, sanity, search
 from probes.calibrate import Calibration
 from probes.errors import ProbeError

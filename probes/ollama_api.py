@@ -52,9 +52,15 @@ class Loaded:
 
     @property
     def placement(self) -> str:
-        if self.size_vram_bytes <= 0:
-            return "cpu"
-        return "gpu" if self.size_vram_bytes >= self.size_bytes else "partial"
+        return placement_of(self.size_bytes, self.size_vram_bytes)
+
+
+def placement_of(size_bytes: int, size_vram_bytes: int) -> str:
+    """``ollama ps``'s PROCESSOR column in a word: "gpu" (100% GPU), "partial"
+    (spilled to the CPU: a memory shortage too) or "cpu"."""
+    if size_vram_bytes <= 0:
+        return "cpu"
+    return "gpu" if size_vram_bytes >= size_bytes else "partial"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,10 @@ from __future__ import annotations
 import time
 
 from probes import coherence, predict
-from probes.base import ProbeEnv, ProbeResult, restoring, sampled, spill_error, timed
+from probes.base import ProbeEnv, restoring
+from probes.evidence import spill_error
+from probes.result import ProbeResult, timed
+from probes.step import sampled
 from probes.errors import ModelNotFoundError, ProbeError
 from probes.memmodel import bits_per_weight
 from probes.notes import Note

@@ -16,8 +16,10 @@ import uuid
 
 from probes import coherence
 from probes import sanity
-from probes.base import (ProbeEnv, ProbeResult, failure_fields, log_window, measure_checked, restoring, sampled,
-                         server_settings, timed)
+from probes.base import ProbeEnv, restoring, server_settings
+from probes.evidence import failure_fields, log_window
+from probes.result import ProbeResult, timed
+from probes.step import measure_checked, sampled
 from probes.texts import stability_task
 
 NUM_PREDICT = 128

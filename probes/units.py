@@ -45,14 +45,15 @@ def parse_size(text: str | int | float) -> int:
     return value
 
 
-def fmt_size(n: int | float | None) -> str:
-    """Bytes -> ``"1.25 GiB"``; None -> ``"n/a"``."""
+def fmt_size(n: int | float | None, digits: int = 2) -> str:
+    """Bytes -> ``"1.25 GiB"`` (``digits`` decimals; Ollama's own log lines
+    use one, ``"1.2 GiB"``); None -> ``"n/a"``."""
     if n is None:
         return "n/a"
     sign = "-" if n < 0 else ""
     n = abs(float(n))
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
-            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.2f} {unit}"
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.{digits}f} {unit}"
         n /= 1024
     return f"{sign}{n:.2f} TiB"  # pragma: no cover - loop always returns

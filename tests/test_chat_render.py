@@ -9,7 +9,7 @@ from rich.console import Console
 
 from assistant import render
 from assistant.i18n import set_lang
-from probes.base import ProbeResult
+from probes.result import ProbeResult
 from probes.ollama_api import Loaded
 
 

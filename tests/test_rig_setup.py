@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from probes.rig import (CURRENT_VERSION, LEGACY_VERSION, Rig, RigError, RigPaths, _Step, check_engine,
-                        engine_binary, find_ollama, ggml_isa_flags, resolve_version)
+from oomrig import CURRENT_VERSION, LEGACY_VERSION, Rig, RigError, RigPaths, check_engine, engine_binary, find_ollama, resolve_version
+from oomrig.build import _Step, ggml_isa_flags
 
 REPO = Path(__file__).resolve().parents[1]
 

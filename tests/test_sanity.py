@@ -12,7 +12,8 @@ from collections import deque
 import pytest
 
 from probes import sanity
-from probes.base import ProbeEnv, Step, measure_checked, sampled
+from probes.base import ProbeEnv
+from probes.step import Step, measure_checked, sampled
 from probes.errors import ProbeError
 from probes.memory.base import Reading
 from probes.sampler import Sampler

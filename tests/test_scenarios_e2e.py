@@ -21,7 +21,7 @@ from probes import memmodel
 from probes.sim.scenario import load_scenario
 from probes.serverinfo import engine_of
 from rules import thresholds
-from probes.sim.state import FIT_TARGET_DEFAULT
+from probes.sim.settings import FIT_TARGET_DEFAULT
 from probes.units import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,9 @@ from probes.oomtext import classify
 from probes.serverlog import MemoryLog, parse
 from probes.sim.scenario import ScenarioError, scenario_from_dict
 from probes.sim.server import SimServer
-from probes.sim.state import CRASH, SimError, SimState
+from probes.sim.messages import CRASH
+from probes.sim.settings import SimError
+from probes.sim.state import SimState
 
 GiB, MiB = 1 << 30, 1 << 20
 LLAMA8B = {"arch": "llama", "block_count": 32, "head_count": 32, "head_count_kv": 8, "embedding_length": 4096,

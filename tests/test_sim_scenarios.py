@@ -9,7 +9,9 @@ import yaml
 
 from probes import coherence, memmodel
 from probes.sim.scenario import load_scenario
-from probes.sim.state import RUNTIME_OOM, SimError, SimState
+from probes.sim.messages import RUNTIME_OOM
+from probes.sim.settings import SimError
+from probes.sim.state import SimState
 from probes.texts import coherence_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from probes.deadline import Overdue, within
 from probes.errors import ServerUnreachableError
 from probes.memory.base import DeviceInfo, ProcessUsage, Reading
+from probes.ollama_api import placement_of
 
 LABEL = "Ollama's estimate"
 
@@ -41,9 +42,7 @@ class OllamaEstimate:
         """"gpu", "partial" (spilled to CPU: a memory shortage too) or "cpu"."""
         if self.size_bytes is None or self.size_vram_bytes is None:
             return None
-        if self.size_vram_bytes <= 0:
-            return "cpu"
-        return "gpu" if self.size_vram_bytes >= self.size_bytes else "partial"
+        return placement_of(self.size_bytes, self.size_vram_bytes)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "cpu_bytes": self.cpu_bytes, "placement": self.placement}

@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 from probes.sim.devices import SimNvml, SmiRunner
 from probes.sim.scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
 from probes.sim.server import SimControl, SimServer
-from probes.sim.state import SimError, SimState
+from probes.sim.settings import SimError
+from probes.sim.state import SimState
 
 __all__ = ["start", "SimHandle", "Scenario", "ScenarioError", "load_scenario", "scenario_from_dict",
            "SimServer", "SimState", "SimNvml", "SmiRunner", "SimControl", "SimError"]

@@ -22,7 +22,9 @@ from typing import Any, Mapping
 
 from probes.errors import ProbeError
 from probes.sim.scenario import ModelSpec, Scenario
-from probes.sim.state import MESSAGE_TOKENS, TEMPLATE_TOKENS, SimError, SimState, parse_keep_alive
+from probes.sim.requests import MESSAGE_TOKENS, TEMPLATE_TOKENS
+from probes.sim.settings import SimError, parse_keep_alive
+from probes.sim.state import SimState
 
 _FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
               "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16,

@@ -12,7 +12,7 @@ import pytest
 
 from probes.memory.host import HostReader, is_ollama_runner
 from probes.ollama_api import Ollama
-from probes.rig import CURRENT_VERSION
+from oomrig import CURRENT_VERSION
 from probes.units import fmt_size
 from tests.integration.helpers import MiB
 

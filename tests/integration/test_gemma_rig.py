@@ -8,7 +8,7 @@ import pytest
 
 from probes.memory.host import HostReader
 from probes.ollama_api import Ollama
-from probes.rig import GEMMA_LEVEL, GEMMA_TAG
+from oomrig import GEMMA_LEVEL, GEMMA_TAG
 from tests.integration.helpers import MiB
 
 pytestmark = pytest.mark.integration

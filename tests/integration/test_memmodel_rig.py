@@ -10,7 +10,7 @@ import pytest
 from probes import memmodel
 from probes.memory.host import HostReader
 from probes.ollama_api import Ollama
-from probes.rig import _api
+from oomrig.serve import _api
 
 pytestmark = pytest.mark.integration
 

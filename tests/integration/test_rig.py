@@ -6,7 +6,7 @@ import pytest
 
 from probes import baseline
 from probes.ollama_api import Ollama
-from probes.rig import CURRENT_VERSION, TAGS
+from oomrig import CURRENT_VERSION, TAGS
 from tests.integration.helpers import KV_PER_TOKEN, MiB, rig_env
 
 pytestmark = pytest.mark.integration

