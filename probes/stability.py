@@ -5,7 +5,7 @@ Chinese) at fixed ``num_predict``, seed and temperature 0, on the config
 under test. It records what separates a memory problem from everything else:
 tokens generated, ``done_reason``, HTTP status, error lines, duration, how
 much of the output repeats itself. Whether that is a regression against the
-previous run is the rules' verdict (``rules.steps.retest_regressions``). By hand:
+previous run is the rules' verdict (``rules.record.retest_regressions``). By hand:
 ``ollama run M < task.md`` with ``/set parameter num_predict 256``.
 """
 from __future__ import annotations

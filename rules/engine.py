@@ -1,9 +1,10 @@
 """The session's door to the knowledge base: one :class:`Advisor` per session.
 
-This is the only module that imports durable_rules (through
-:func:`load_durable`), so a Python where it cannot load (3.13+) fails here,
-once, with :class:`RulesUnavailable`. An Advisor owns one session id in the one
-module-level ruleset (:mod:`rules.kb`, defined at import): it validates each
+Importing this module never imports durable_rules: the ruleset
+(:mod:`rules.kb`, which loads durable_rules through :mod:`rules.durable`) is
+imported when the first Advisor is made, so a Python where durable_rules cannot
+load (3.13+) fails there, once, with :class:`RulesUnavailable`. An Advisor owns
+one session id in the one module-level ruleset: it validates each
 fact against :mod:`rules.facts`, hands it to the engine, lets the rules decide,
 and reads back the next step, the diagnosis and the why chain. Exceptions in
 rule actions are never swallowed: durable_rules parks them in the session
@@ -14,14 +15,14 @@ from __future__ import annotations
 import copy
 import importlib
 import json
-import sys
 import uuid
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
-from rules import steps, thresholds
+from rules import thresholds
+# RulesUnavailable is part of this module's interface: the CLI catches it
+from rules.durable import RULESET, RulesUnavailable  # noqa: F401
 from rules.facts import FactError, validate
-
-RULESET = "oomvet_tree"
+from rules.state import initial_state, to_event
 
 #: kinds only the rules produce; a caller posting them is a bug in the caller
 _RULES_ONLY = ("diagnosis", "next")
@@ -30,31 +31,16 @@ _RULES_ONLY = ("diagnosis", "next")
 _MAX_ROUNDS = 25
 
 
-class RulesUnavailable(ImportError):
-    """durable_rules cannot be imported on this Python; the CLI prints the one
-    line and exits non-zero."""
-
-
 class RulesError(RuntimeError):
     """A rule action raised, or the engine refused a message: a defect in the
     knowledge base (or a closed Advisor), never a user's input."""
 
 
-def load_durable(import_module: Callable[[str], Any] = importlib.import_module):
-    """``durable.lang``, or :class:`RulesUnavailable` with one clear line."""
-    try:
-        return import_module("durable.lang")
-    except ImportError as exc:
-        v = sys.version_info
-        raise RulesUnavailable(
-            f"durable_rules cannot be imported on Python {v.major}.{v.minor}; "
-            f"oomvet needs Python 3.11 or 3.12: {exc}") from exc
-
-
-def _kb():
-    # imported on first use: importing rules.engine must work even where
-    # durable_rules does not, so the CLI can catch RulesUnavailable
-    return importlib.import_module("rules.kb")
+def _ruleset_engine():
+    """durable_rules, with the tree defined in it. Imported on first use:
+    importing rules.engine must work even where durable_rules does not, so the
+    CLI can catch RulesUnavailable. (rules.kb never imports this module.)"""
+    return importlib.import_module("rules.kb").lang
 
 
 class Advisor:
@@ -68,13 +54,13 @@ class Advisor:
     def __init__(self, max_steps: int | None = None) -> None:
         """``max_steps``: steps after which the session stops with what it has
         (default :data:`rules.thresholds.MAX_STEPS`)."""
-        self._lang = _kb().lang
+        self._lang = _ruleset_engine()
         self.sid = uuid.uuid4().hex
         self._facts: list[dict] = []
         self._seq = 0
         self._ticks = 0
         self._closed = False
-        self._lang.update_state(RULESET, steps.initial_state(self.sid, max_steps or thresholds.MAX_STEPS))
+        self._lang.update_state(RULESET, initial_state(self.sid, max_steps or thresholds.MAX_STEPS))
         self._send({"kind": "_open", "sid": self.sid})
 
     # --- posting --------------------------------------------------------------
@@ -92,7 +78,7 @@ class Advisor:
             self._seq += 1
             fact["_seq"] = self._seq
             self._facts.append(fact)
-            self._send(steps.to_event(fact, self.sid))
+            self._send(to_event(fact, self.sid))
         self._decide()
         return self.next
 
@@ -146,17 +132,17 @@ class Advisor:
     def diagnosis(self) -> dict | None:
         """``{"cause", "causes", "problem", "advice", "findings"}`` once a cause is found or
         the session is done, else ``None``."""
-        st = self._state
-        if st.get("cause", "none") == "none" and st.get("stage") != "done":
+        state = self._state
+        if state.get("cause", "none") == "none" and state.get("stage") != "done":
             return None
-        cause = st.get("cause", "none")
+        cause = state.get("cause", "none")
         return {
             "cause": None if cause == "none" else cause,
-            "causes": list(st.get("causes", [])),
-            "problem": None if st.get("problem", "none") == "none" else st.get("problem"),
-            "advice": st.get("advice") or None,
-            # what the user must see beside the cause (rules/kb.py section 13): [{key, en, zh}]
-            "findings": list(st.get("findings", [])),
+            "causes": list(state.get("causes", [])),
+            "problem": None if state.get("problem", "none") == "none" else state.get("problem"),
+            "advice": state.get("advice") or None,
+            # what the user must see beside the cause (rules/current_engine.py): [{key, en, zh}]
+            "findings": list(state.get("findings", [])),
         }
 
     def why(self) -> list[dict]:

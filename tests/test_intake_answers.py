@@ -11,7 +11,7 @@ from rich.console import Console
 from assistant.answers import Share, answer_facts, parse_answer, parse_yes_no
 from assistant.intake import Intake
 from assistant.ui import ChatUI
-from rules import steps
+from rules import record
 
 GiB = 1 << 30
 
@@ -45,8 +45,8 @@ def test_ke_yi_means_yes_in_every_place():
     assert parse_yes_no("可以") is True
     assert parse_answer("keep_context", "可以") is True
     # the rules no longer read words: a parsed True is "yes", a raw word is not read at all
-    assert steps._as_yes_no(True) == "yes"
-    assert steps._as_yes_no("可以") == "unknown"
+    assert record._as_yes_no(True) == "yes"
+    assert record._as_yes_no("可以") == "unknown"
 
 
 @pytest.mark.parametrize("text,keep", [

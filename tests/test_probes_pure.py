@@ -8,7 +8,7 @@ from probes.baseline import drift_per_min
 from probes.context import plan_tiers
 from probes.ollama_api import is_oom_text
 from probes.stability import options_for
-from rules.steps import retest_regressions as compare
+from rules.record import retest_regressions as compare
 from probes.texts import TokenCost, coherence_task, fill_prompt, stability_task
 
 
@@ -128,7 +128,7 @@ def test_list_numbering_is_not_an_invented_number():
 
 
 def test_sizes_in_probe_tables_are_always_formatted_even_small_ones():
-    from probes.base import _cell
+    from probes.result import _cell
 
     assert _cell(475136, "peak") == "464.00 KiB"     # a raw 475136 once reached the chat
     assert _cell(4096, "num_ctx") == "4096"          # counts stay counts

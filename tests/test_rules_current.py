@@ -1,4 +1,4 @@
-"""Rules for the current engine (rules/kb.py section 13): the server's default
+"""Rules for the current engine (rules/current_engine.py): the server's default
 context as a cause, Ollama's own context back-off, KV quantization needing
 flash attention, the fit target as the margin knob, a runtime OOM expiring
 every loaded model, and a missing engine as a setup problem. Each finding is

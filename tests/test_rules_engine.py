@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rules.engine import Advisor, RulesError, RulesUnavailable, load_durable
+from rules.durable import load_durable
+from rules.engine import Advisor, RulesError, RulesUnavailable
 from rules.facts import FactError
 from rules.kb import RULESET, lang
 from tests.test_rules_script import (

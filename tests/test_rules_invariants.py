@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rules import steps as S
+from rules import configs as S
 from rules import thresholds as T
 from rules.engine import Advisor
 from rules.kb import RULES

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from probes import backend, baseline, context, quant, stability
-from probes.rig import default_paths, source_gguf
+from oomrig import default_paths, source_gguf
 from tests.integration.helpers import KV_PER_TOKEN, MiB, ps_names, rig_env
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,7 @@ def test_stability_completes_and_a_too_small_num_predict_is_flagged_shorter(rig)
     assert not fact["truncated"]
     second = stability.run(env, config, num_predict=12)
     # the regression is the rules' verdict, from the two raw facts
-    from rules.steps import retest_regressions
+    from rules.record import retest_regressions
     assert any(w.startswith("shorter output") for w in retest_regressions(second.facts[0], fact))
 
 

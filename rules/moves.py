@@ -1,0 +1,148 @@
+"""How an interpreting rule moves the session on: a diagnosis, the reference a
+change is measured against, the config adopted, a candidate kept or dropped,
+and the ladder of backend changes.
+
+Interpreting rules (rules/interpreting.py) decide *which* of these applies; the
+functions carry it out on the state and never decide a branch themselves.
+"""
+from __future__ import annotations
+
+from rules import thresholds
+from rules.configs import baseline_config, best_tier_config, config_key, utilization
+
+
+def to_plan(st: dict) -> None:
+    """A probe's readings are interpreted; decide the next step from them."""
+    st["stage"] = "plan"
+    st["awaiting"] = "none"
+    st["again"] = True
+
+
+def diagnose(st: dict, cause: str, advice: str = "") -> None:
+    """``cause`` is now the open problem; the first cause found stays the
+    session's diagnosis, later ones are kept beside it."""
+    st["problem"] = cause
+    if st["cause"] == "none":
+        st["cause"] = cause
+    if cause not in st["causes"]:
+        st["causes"].append(cause)
+    if advice:
+        st["advice"] = advice
+
+
+def establish_baseline(st: dict) -> None:
+    st["config"] = baseline_config(st)
+    st["has_config"] = True
+    st["config_verified"] = False
+
+
+def refer_to_baseline(st: dict) -> None:
+    """The baseline did not fit: it is not a config to recommend, only the
+    point the first change (a lower-bit tag) is measured against."""
+    st["reference"] = baseline_config(st)
+    st["has_config"] = False
+
+
+def refer_to_wanted_context(st: dict) -> None:
+    """The wanted context (or, with no wish, the first that failed) does not
+    fit: that measured setup is what the context or quantization change is
+    made against, so the change moves one knob from what the user runs."""
+    reference = dict(st["config"])
+    reference["max_context_len"] = st["want_ctx"] or st["tier_fail_ctx"]
+    reference["gpu_memory_utilization"] = None
+    st["reference"] = reference
+    st["against_reference"] = True
+
+
+def adopt_largest_fit(st: dict) -> None:
+    """The tiers fit: the config is the largest context measured within the
+    limit on the current tag (a reading, not a change; it is retested before
+    it is reported)."""
+    best = best_tier_config(st)
+    if best and config_key(best) != config_key(st["config"]):
+        st["config"] = best
+        st["config_verified"] = False
+
+
+def accept_candidate(st: dict) -> None:
+    remedy = st["change"].get("remedy")
+    st["config"] = dict(st["candidate"])
+    st["has_config"] = True
+    st["config_verified"] = st["retest_measured"]
+    st["confirm_failed"] = not st["retest_measured"]  # an unmeasured pass is not retested again
+    st["against_reference"] = False
+    st["reference"] = {}
+    if remedy == "quant":
+        st["quant_tried"].append(st["candidate"]["model"])
+        st["recheck_context"] = True
+        if st["problem"] in ("weights", "kv_cache"):
+            st["problem"] = "none"
+    elif remedy == "context" and st["problem"] == "kv_cache":
+        st["problem"] = "none"
+    elif remedy == "backend" and st["problem"] == "concurrency":
+        st["problem"] = "none"
+    _clear_candidate(st)
+
+
+def drop_candidate(st: dict, refused: bool) -> None:
+    """Revert: the config stays what it was; the remedy that failed (or was
+    refused) is marked so the next remedy is tried instead."""
+    remedy = st["change"].get("remedy")
+    if remedy == "quant":
+        st["quant_tried"].append(st["candidate"].get("model", ""))
+        if refused:
+            st["quant_refused"] = True
+    elif remedy == "context":
+        if refused:
+            st["context_refused"] = True
+            st["keep_context"] = "yes"
+        else:
+            st["context_failed_tags"].append(st["tag"])
+    elif remedy == "backend" and refused:
+        st["backend_refused"] = True
+    _clear_candidate(st)
+
+
+def _clear_candidate(st: dict) -> None:
+    st["candidate"] = {}
+    st["candidate_key"] = ""
+    st["change"] = {}
+    st["has_backend_fit"] = False
+    st["backend_fit"] = {}
+
+
+def start_concurrency_ladder(st: dict) -> None:
+    """The wished concurrency overflows: that measured config is the point each
+    backend change is made against, one knob at a time (batch, then
+    concurrency, then KV cache)."""
+    reference = dict(st["config"])
+    reference["max_concurrency"] = st["want_parallel"]
+    reference["gpu_memory_utilization"] = utilization(st, st["knob_reading"].get("peak"))
+    st["reference"] = reference
+    st["against_reference"] = True
+    ladder = [["kv_cache", kv] for kv in thresholds.KV_CACHE_LADDER if kv != reference.get("kv_cache")]
+    ladder += [["max_batch_size", b] for b in thresholds.BATCH_LADDER if b < reference["max_batch_size"]]
+    parallel = st["want_parallel"] // 2
+    while parallel >= 2:
+        ladder.append(["max_concurrency", parallel])
+        parallel //= 2
+    st["ladder"] = ladder
+
+
+def next_rung(st: dict) -> list:
+    """The next backend change to try; fewer concurrent requests only when the
+    user did not say the concurrency must stay."""
+    while st["ladder"]:
+        rung = st["ladder"].pop(0)
+        if not (rung[0] == "max_concurrency" and st["keep_concurrency"] == "yes"):
+            return rung
+    raise AssertionError("next_rung() called with no usable rung left")
+
+
+def usable_rungs(st: dict) -> list:
+    return [r for r in st["ladder"] if not (r[0] == "max_concurrency" and st["keep_concurrency"] == "yes")]
+
+
+def keep_backend_fit(st: dict) -> None:
+    st["backend_fit"] = dict(st["knob_reading"])
+    st["has_backend_fit"] = True

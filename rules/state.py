@@ -1,0 +1,177 @@
+"""The session state the rules match on: its fields, its derived flags, and
+the engine's copy of a posted fact.
+
+durable_rules keeps one state dict per session id; every rule's conditions
+read it, every action writes it. Values written into it must never be
+``None`` (durable_rules cannot compare nulls); "unknown" is spelled ``""``,
+``0`` or ``"none"``, and rich values that may hold ``None`` (steps, the why
+chain) are stored as JSON text the rules never look into. The derived flags
+(:func:`recompute_flags`) are recomputed after every action, so a condition
+never reads a stale value. Throughout rules/, ``st`` is this dict and ``f`` the
+fact being read.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rules import thresholds
+from rules.configs import base_config, config_key
+from rules.moves import usable_rungs
+
+#: the questions the rules may ask, each tracked as ``q_<question>``:
+#: missing / asked / known / skipped
+QUESTIONS = ("symptom", "model", "want_ctx", "want_parallel", "budget", "keep_context", "keep_concurrency")
+
+
+def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
+    """A fresh session: nothing known, every question still open."""
+    st: dict[str, Any] = {
+        "sid": sid,
+        "max_steps": max_steps,
+        "stage": "intake",
+        "awaiting": "none",
+        "finished": False,
+        "again": False,
+        "n": 0,
+        "waiting_answer": False,
+        "pending_q": "none",
+        # what the user wants, and the device
+        "phase": "unknown",
+        "symptom_text": "",
+        "model": "",
+        "want_ctx": 0,
+        "want_parallel": 0,
+        "budget": 0,
+        "keep_context": "unknown",
+        "keep_concurrency": "unknown",
+        "has_device": False,
+        "vendor": "",
+        "gpu": False,
+        "total": 0,
+        "device_limit": 0,
+        "limit": 0,
+        "fit_limit": 0,
+        # readings of the probe now running (reset when it is requested)
+        "probe_error": "",
+        "load": "none",
+        "load_reading": {},
+        "tiers": [],
+        "tier_best_ctx": 0,
+        "tier_best_peak": 0,
+        "tier_fit_count": 0,
+        "tiers_seen": 0,
+        "tier_mem_fail": False,
+        "tier_fail_ctx": 0,
+        "first_tier_failed": False,
+        "tier_crash": False,
+        "tier_crash_error": "",
+        "tier_truncated": False,
+        "tier_not_back": False,
+        "quant_options": [],
+        "quant_rejected": [],
+        "quant_probed_tag": "",
+        "knob_phase": "none",
+        "knob": "none",
+        "knob_reading": {},
+        "knob_try": [],
+        "retest": "none",
+        "retest_measured": False,   # the latest retest's peak was measured by a source that saw the model
+        "retest_why": [],           # why the latest retest regressed against the one before
+        "last_retest": {},          # the previous retest, what the next one is compared with
+        "unmeasured_why": "",       # the latest reason a reading was not a measurement
+        "stop_reason": "",          # why the session must end now (a `stop` fact)
+        "trained_ctx": 0,           # the model's trained context, as the context probe read it
+        "confirm_failed": False,
+        # the session's decisions so far
+        "config": {},
+        "has_config": False,
+        "config_verified": False,
+        "reference": {},
+        "against_reference": False,
+        "candidate": {},
+        "candidate_key": "",
+        "change": {},
+        "backend_fit": {},
+        "has_backend_fit": False,
+        "ladder": [],
+        "problem": "none",
+        "cause": "none",
+        "causes": [],
+        "advice": "",
+        "context_refused": False,
+        "context_failed_tags": [],
+        "quant_refused": False,
+        "quant_tried": [],
+        "backend_refused": False,
+        "recheck_context": False,
+        "concurrency_checked": False,
+        # the record
+        "trail": [],
+        "why": [],
+        "next_json": "",
+    }
+    for q in QUESTIONS:
+        st["q_" + q] = "missing"
+    recompute_flags(st)
+    return st
+
+
+def recompute_flags(st: dict) -> None:
+    """Recompute the derived flags the rules match on and drop ``None``s; run
+    after every action so a condition never reads a stale or null value."""
+    cfg = st["config"]
+    st["tag"] = base_config(st).get("model") or st["model"]
+    st["limit"] = _limit(st)
+    st["fit_limit"] = thresholds.fit_limit(st["limit"]) if st["limit"] else 0
+    st["has_limit"] = st["limit"] > 0
+    st["short_of_want"] = bool(st["tier_mem_fail"]) and (
+        st["want_ctx"] == 0 or st["tier_best_ctx"] < st["want_ctx"])
+    st["context_blocked"] = (st["context_refused"] or st["keep_context"] == "yes"
+                             or st["tag"] in st["context_failed_tags"])
+    st["quant_probed"] = bool(st["quant_probed_tag"]) and st["quant_probed_tag"] == st["tag"]
+    st["quant_left"] = any(o["tag"] not in st["quant_tried"] for o in st["quant_options"])
+    st["wants_concurrency"] = (st["want_parallel"] > 1 and st["has_config"]
+                               and cfg.get("max_concurrency", 1) < st["want_parallel"])
+    st["concurrency_short"] = (st["want_parallel"] > 1 and st["has_config"]
+                               and 0 < (cfg.get("max_concurrency") or 1) < st["want_parallel"])
+    st["ladder_left"] = len(usable_rungs(st)) > 0
+    # the complaint is about long input (or says nothing of when), and a request
+    # without num_ctx gets less than the wanted context on this server
+    default_ctx = st.get("srv_default_ctx") or 0
+    st["want_beyond_trained"] = st["trained_ctx"] > 0 and st["want_ctx"] > st["trained_ctx"]
+    st["default_cuts_long_input"] = (st["phase"] in ("long_input", "unknown") and default_ctx > 0
+                                     and st["want_ctx"] > default_ctx)
+    st["step_limit_reached"] = st["n"] >= st["max_steps"]
+    _drop_none(st)
+
+
+def _limit(st: dict) -> int:
+    limit = st["device_limit"] if st["has_device"] else 0
+    if st["budget"]:
+        limit = min(limit, st["budget"]) if limit else st["budget"]
+    return int(limit)
+
+
+def _drop_none(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        for key in [k for k, v in obj.items() if v is None]:
+            del obj[key]
+        for v in obj.values():
+            _drop_none(v)
+    elif isinstance(obj, list):
+        obj[:] = [v for v in obj if v is not None]
+        for v in obj:
+            _drop_none(v)
+    return obj
+
+
+def to_event(fact: dict, sid: str) -> dict:
+    """The engine's copy of a validated fact: no ``None`` values (absent means
+    unknown), the session id, and for a stability fact the knob key of the
+    config it ran, so a rule can compare it with the candidate as one string."""
+    event = _drop_none(json.loads(json.dumps(fact)))
+    event["sid"] = sid
+    if fact.get("kind") == "stability":
+        event["_config_key"] = config_key(fact.get("config") or {})
+    return event
