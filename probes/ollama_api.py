@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 
 import httpx
 import ollama
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from probes.deadline import Overdue, settle, within
 from probes.errors import ModelNotFoundError, ProbeError, ServerUnreachableError
@@ -212,11 +213,10 @@ class Ollama:
             self._call(lambda: self.client.generate(model=model, keep_alive=0))
         except ollama.ResponseError:
             pass  # not loaded, or gone: either way it is not in memory
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self.loaded(model) is None:
-                return
-            time.sleep(0.05)
+        gone = Retrying(stop=stop_after_delay(wait_s), wait=wait_fixed(0.05), retry_error_callback=lambda _: False,
+                        retry=retry_if_result(lambda unloaded: not unloaded))
+        if gone(lambda: self.loaded(model) is None):
+            return
         raise ProbeError(f"{model} was still loaded {wait_s:.0f}s after asking Ollama to unload it",
                          hint="check `ollama ps`; a request still running keeps a model loaded")
 

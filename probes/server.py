@@ -20,11 +20,12 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Mapping, Protocol
 
+import httpx
 import psutil
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from probes.errors import ProbeError, ServerUnreachableError
 
@@ -72,21 +73,24 @@ def free_port() -> int:
 
 
 def wait_until_up(host: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> str:
-    """Poll ``GET /api/version`` until it answers; return the version string."""
-    deadline = time.monotonic() + timeout_s
-    last = ""
-    while time.monotonic() < deadline:
+    """Poll ``GET /api/version`` (``curl HOST/api/version``) until it answers;
+    return the version string."""
+    def ask() -> str:
         if proc is not None and proc.poll() is not None:
             raise ServerUnreachableError(f"ollama serve exited with code {proc.returncode} before answering")
-        try:
-            with urllib.request.urlopen(f"{host}/api/version", timeout=2) as resp:
-                import json
+        resp = httpx.get(f"{host}/api/version", timeout=2)
+        resp.raise_for_status()
+        return resp.json()["version"]
 
-                return json.loads(resp.read())["version"]
-        except OSError as exc:
-            last = str(exc)
-            time.sleep(0.2)
-    raise ServerUnreachableError(f"ollama serve at {host} did not answer within {timeout_s:.0f}s ({last})")
+    try:
+        for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2),
+                                retry=retry_if_exception_type((httpx.HTTPError, ValueError, KeyError))):
+            with attempt:
+                return ask()
+    except RetryError as exc:
+        last = exc.last_attempt.exception()
+        raise ServerUnreachableError(f"ollama serve at {host} did not answer within {timeout_s:.0f}s ({last})") from None
+    raise AssertionError("unreachable")  # Retrying either returns or raises
 
 
 class ManagedServer:
