@@ -16,51 +16,12 @@ from types import SimpleNamespace
 MiB = 1 << 20
 GiB = 1 << 30
 
-# the codes and messages pynvml uses (nvml.h / pynvml.NVMLError._errcode_to_string)
-_ERRORS = {
-    1: ("Uninitialized", "Uninitialized"),
-    3: ("NotSupported", "Not Supported"),
-    4: ("NoPermission", "Insufficient Permissions"),
-    9: ("DriverNotLoaded", "Driver Not Loaded"),
-    12: ("LibraryNotFound", "NVML Shared Library Not Found"),
-    13: ("FunctionNotFound", "Function Not Found"),
-    15: ("GpuIsLost", "GPU is lost"),
-    18: ("LibRmVersionMismatch", "RM has detected an NVML/RM version mismatch."),
-    999: ("Unknown", "Unknown Error"),
-}
+from probes.sim.nvml_errors import ERRORS as _ERRORS
+from probes.sim.nvml_errors import SUBCLASSES, NVMLError
+
 _BY_MESSAGE = {msg: code for code, (_, msg) in _ERRORS.items()}
 _BY_NAME = {name: code for code, (name, _) in _ERRORS.items()}
-
-
-class NVMLError(Exception):
-    """Like pynvml.NVMLError: ``NVMLError(3)`` is an ``NVMLError_NotSupported``."""
-
-    _classes: dict[int, type] = {}
-
-    def __new__(cls, value):
-        if cls is NVMLError:
-            cls = NVMLError._classes.get(value, cls)
-        obj = Exception.__new__(cls)
-        obj.value = value
-        return obj
-
-    def __init__(self, value=None):
-        super().__init__(self.value)
-
-    def __str__(self):
-        return _ERRORS.get(self.value, ("", f"NVML Error with code {self.value}"))[1]
-
-
-def _subclass(code: int, name: str) -> type:
-    def new(cls, *args):
-        return NVMLError.__new__(cls, code)
-    klass = type(f"NVMLError_{name}", (NVMLError,), {"__new__": new})
-    NVMLError._classes[code] = klass
-    return klass
-
-
-for _code, (_name, _) in _ERRORS.items():
-    globals()[f"NVMLError_{_name}"] = _subclass(_code, _name)
+globals().update(SUBCLASSES)
 
 
 def nvml_error(which) -> NVMLError:
@@ -88,7 +49,7 @@ class FakeNvml:
         self._queues: dict[tuple, deque] = defaultdict(deque)
         self._last: dict[tuple, object] = {}
         for code, (name, _) in _ERRORS.items():
-            setattr(self, f"NVMLError_{name}", NVMLError._classes[code])
+            setattr(self, f"NVMLError_{name}", NVMLError.classes[code])
 
     # -- what tests enqueue ---------------------------------------------
     def enqueue_memory(self, used: int, total: int, *, gpu: int = 0) -> "FakeNvml":

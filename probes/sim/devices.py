@@ -21,53 +21,12 @@ import subprocess
 from dataclasses import dataclass
 from typing import Sequence
 
+from probes.sim.nvml_errors import (NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED,
+                                    NVML_ERROR_UNINITIALIZED, SUBCLASSES, NVMLError, NVMLError_InvalidArgument,
+                                    NVMLError_LibraryNotFound, NVMLError_Uninitialized)
 from probes.sim.state import SimState
 
 MIB = 1 << 20
-
-# nvml.h return codes
-NVML_SUCCESS = 0
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NOT_FOUND = 6
-NVML_ERROR_DRIVER_NOT_LOADED = 9
-NVML_ERROR_LIBRARY_NOT_FOUND = 12
-
-_ERROR_TEXT = {
-    NVML_ERROR_UNINITIALIZED: "Uninitialized",
-    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
-    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
-    NVML_ERROR_NOT_FOUND: "Not Found",
-    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
-    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
-}
-
-
-class NVMLError(Exception):
-    """pynvml's exception: ``.value`` is the NVML return code."""
-
-    def __init__(self, value: int):
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self) -> str:
-        return _ERROR_TEXT.get(self.value, f"Unknown Error ({self.value})")
-
-
-class NVMLError_Uninitialized(NVMLError):  # noqa: N801 - pynvml's names
-    def __init__(self):
-        super().__init__(NVML_ERROR_UNINITIALIZED)
-
-
-class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
-    def __init__(self):
-        super().__init__(NVML_ERROR_LIBRARY_NOT_FOUND)
-
-
-class NVMLError_InvalidArgument(NVMLError):  # noqa: N801
-    def __init__(self):
-        super().__init__(NVML_ERROR_INVALID_ARGUMENT)
 
 
 @dataclass(frozen=True)
@@ -98,9 +57,6 @@ class SimNvml:
     """Stands in for the ``pynvml`` module; one device, index 0."""
 
     NVMLError = NVMLError
-    NVMLError_Uninitialized = NVMLError_Uninitialized
-    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
-    NVMLError_InvalidArgument = NVMLError_InvalidArgument
     NVML_ERROR_UNINITIALIZED = NVML_ERROR_UNINITIALIZED
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
@@ -191,6 +147,11 @@ class SimNvml:
     def nvmlDeviceGetUtilizationRates(self, handle):  # noqa: N802
         self._handle(handle)
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+
+# NVMLError_NotSupported, ... on the module object, as pynvml has them
+for _name, _klass in SUBCLASSES.items():
+    setattr(SimNvml, _name, _klass)
 
 
 class SmiRunner:
