@@ -33,7 +33,7 @@ MIB = 1 << 20
 # llama.cpp's buffer lines; match the "... buffer size =" part, not the function prefix,
 # which changes between llama.cpp versions (llama_context / sched_reserve / llama_kv_cache[_unified])
 _BUFFER = re.compile(r"(?:^|:)\s*(?P<device>[A-Za-z][\w-]*?)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*="
-                     r"\s*(?P<mib>[\d.]+)\s*MiB")
+                     r"\s*(?P<mib>\d+(?:\.\d+)?)\s*MiB")
 _START = re.compile(r'msg="starting llama[- ]server" cmd="(?P<cmd>[^"]*)"')
 _FIT_PROJECTED = re.compile(r"projected to use (?P<use>\d+) MiB of (?P<what>device|host) memory vs\. "
                             r"(?P<avail>\d+) MiB of (?P<kind>free device|total host|free host) memory")

@@ -144,3 +144,9 @@ def test_a_number_flag_without_a_number_is_left_out_not_raised_on():
     got = parse_cmdline("/usr/lib/ollama/llama-server --model /m -c 8192 -np . -ngl ²")
     assert got["ctx_total"] == 8192 and "num_parallel" not in got and "n_gpu_layers" not in got
     assert got["num_ctx"] == 8192
+
+
+def test_a_buffer_line_without_a_number_is_ignored_not_raised_on():
+    # found by the fuzz test: "size=.MiB" once reached float(".")
+    digest = parse(["A KV buffer size=.MiB", "CUDA0 KV buffer size = 1.2.3 MiB"])
+    assert digest.buffers == []
