@@ -25,9 +25,9 @@ from typing import Mapping, Sequence
 from assistant.config import load_config, ollama_of
 from assistant.errors import EXIT_NO_FIT, EXIT_OK, OomvetError, ServerUnreachable, UsageError
 from assistant.i18n import LANGS, catalog, t
-from assistant.outputs import MODELFILE_NAME, created_model_name, modelfile_text, restart_commands
+from assistant.outputs import MODELFILE_NAME, created_model_name, modelfile_text, restart_commands, server_env
+from assistant.world import DEFAULT_HOST
 
-DEFAULT_HOST = "http://127.0.0.1:11434"
 CREATE_TIMEOUT_S = 600.0
 
 _NAME = re.compile(r"^(?:\w[\w-]*/)?\w[\w.-]{0,79}(?::\w[\w.-]{0,79})?$", re.ASCII)
@@ -98,7 +98,7 @@ class Applier:
         use_beside = beside.is_file() and _read(beside) == modelfile
         section = ollama_of(doc) or {}
         params = section.get("parameters") or {}
-        env = {k: str(v) for k, v in (section.get("env") or {}).items()}
+        env, _ = server_env(doc)
 
         if not doc.get("verified"):
             self._say(t("apply.unverified", lang))

@@ -6,7 +6,6 @@ the chat shows each probe live and ends with the config files.
 """
 from __future__ import annotations
 
-
 from rich.console import Console
 from rich.text import Text
 
@@ -15,8 +14,9 @@ from assistant.deliver import deliver
 from assistant.i18n import catalog, set_lang, t
 from assistant.intake import parse as parse_intake
 from assistant.session import Session
+from assistant.session_args import add_session_args, settle_s
 from assistant.ui import ChatUI, QuitSession
-from assistant.world import add_world_args, open_world
+from assistant.world import open_world
 
 MSG = catalog("cmd_chat")
 
@@ -25,11 +25,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("chat", help="talk it through: describe the problem, watch the probes, get a config (default)",
                        description="Describe the out-of-memory problem in your own words (English or Chinese); "
                                    "oomvet asks what it needs, measures with your consent, and writes a verified config.")
-    add_world_args(p)
-    p.add_argument("--auto", action="store_true", help="run every probe without asking for consent")
-    p.add_argument("--lang", choices=("en", "zh"), help="answer in this language (default: the first message's)")
-    p.add_argument("--out", default="oomvet-out", help="folder for the config and report (default oomvet-out)")
-    p.add_argument("--settle", type=float, default=None, help="seconds to watch memory after load")
+    add_session_args(p, auto="run every probe without asking for consent",
+                     lang="answer in this language (default: the first message's)",
+                     out="folder for the config and report (default oomvet-out)")
     p.add_argument("--llm", metavar="MODEL", help="let a chat model help read your first message "
                    "(it is unloaded before anything is measured)")
     p.add_argument("--llm-host", metavar="URL", help="Ollama server for --llm (default: the one diagnosed)")
@@ -57,7 +55,7 @@ def run(args, console: Console | None = None, stream=None) -> int:
             intake = _with_server_names(intake, first, world, ui)
             ui.say(_heard(intake))
             model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
-            settle = args.settle if args.settle is not None else (5.0 if world.kind != "ollama" else 30.0)
+            settle = settle_s(args, world)
             session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle)
             session.transcript.add_user(first)
             outcome = session.run()

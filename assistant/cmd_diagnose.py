@@ -18,8 +18,9 @@ from assistant.i18n import catalog, set_lang, t
 from assistant.journal import open_log, tracking
 from assistant.intake import parse as parse_intake
 from assistant.session import Session
+from assistant.session_args import add_session_args, settle_s
 from assistant.ui import AutoUI
-from assistant.world import add_world_args, open_world
+from assistant.world import open_world
 
 MSG = catalog("cmd_diagnose")
 
@@ -28,15 +29,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser("diagnose", help="run the whole method unattended and write a verified config",
                        description="Run the whole method with no terminal input: baseline, context tiers, "
                                    "quantization, backend knobs, stability retests; write the config and report.")
-    add_world_args(p)
-    p.add_argument("--auto", action="store_true", default=True,
-                   help="no questions, no consent prompts (always on for diagnose)")
+    add_session_args(p, auto="no questions, no consent prompts (always on for diagnose)", auto_default=True,
+                     out="folder for oomvet.yaml, Modelfile, report (default oomvet-out)")
     p.add_argument("--answers", metavar="FILE", help="YAML answers: symptom, want_ctx, want_parallel, "
                                                      "keep_context, budget, lang")
-    p.add_argument("--out", default="oomvet-out", help="folder for oomvet.yaml, Modelfile, report (default oomvet-out)")
-    p.add_argument("--settle", type=float, default=None, help="seconds to watch memory after load (default 30; 5 on the rig)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
-    p.add_argument("--lang", choices=("en", "zh"))
     p.set_defaults(run=run)
 
 
@@ -54,7 +51,7 @@ def run(args) -> int:
     ui = AutoUI(answers, console=err, quiet=False)
     intake = parse_intake(answers.get("symptom") or "")
     with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
-        settle = args.settle if args.settle is not None else (5.0 if world.kind != "ollama" else 30.0)
+        settle = settle_s(args, world)
         log = open_log(args, world, model=model, lang=lang, settle_s=settle, answers=answers)
         session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle,
                           answers=answers, journal=log)

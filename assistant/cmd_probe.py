@@ -12,6 +12,7 @@ import sys
 from rich.console import Console
 
 from assistant.i18n import catalog, set_lang, t
+from assistant.session_args import settle_s
 from assistant.world import add_world_args, open_world, require_model
 from probes import backend, baseline, context, quant, stability
 from rules.thresholds import fit_limit
@@ -74,8 +75,8 @@ def run(args) -> int:
 def _dispatch(args, world, model):
     env = world.env
     if args.name == "baseline":
-        settle = args.settle if args.settle is not None else (5.0 if world.kind != "ollama" else 30.0)
-        return baseline.run(env, model, num_ctx=args.num_ctx, num_batch=args.num_batch, settle_s=settle)
+        return baseline.run(env, model, num_ctx=args.num_ctx, num_batch=args.num_batch,
+                            settle_s=settle_s(args, world))
     if args.name == "context":
         tiers = [int(x) for x in args.tiers.split(",")] if args.tiers else None
         return context.run(env, model, tiers=tiers, want_ctx=args.want_ctx, num_batch=args.num_batch,

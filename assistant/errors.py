@@ -34,3 +34,8 @@ class ServerUnreachable(OomvetError):
 
 class DependencyError(OomvetError):
     """A required library cannot be imported (e.g. durable_rules on Python 3.13+)."""
+
+
+class JournalError(OomvetError):
+    """The journal cannot be opened or written (full disk, read-only folder,
+    a newer schema): one line, exit 2; nothing journalled before is lost."""

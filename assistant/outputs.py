@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from assistant import __version__
 from assistant.atomic import write_files
@@ -93,22 +93,17 @@ def server_env(doc: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
 
 def env_file_text(doc: Mapping[str, Any]) -> str:
     """KEY=value lines that both systemd ``EnvironmentFile=`` and a POSIX shell read."""
-    env, optional = server_env(doc)
     lines = _header(doc, "ollama.env") + [
         "# Server settings: they take effect when the Ollama server (re)starts.",
         "#   systemd:  EnvironmentFile=/path/to/ollama.env   (or use oomvet-ollama.conf)",
         "#   a shell:  set -a; . ./ollama.env; set +a; ollama serve",
     ]
-    lines += [f"{k}={_env_value(v)}" for k, v in env.items()]
-    for key, value in optional.items():
-        lines.append(f"# optional: {_OPTIONAL_WHY.get(key, '')}".rstrip())
-        lines.append(f"# {key}={_env_value(value)}")
+    lines += _env_lines(doc, lambda k, v: f"{k}={_env_value(v)}", off="# ")
     return "\n".join(lines) + "\n"
 
 
 def systemd_dropin_text(doc: Mapping[str, Any]) -> str:
     """A ``[Service] Environment=...`` drop-in for the ollama systemd unit."""
-    env, optional = server_env(doc)
     lines = _header(doc, DROPIN_NAME) + [
         "# For Linux installs where systemd runs the server (the official install script does).",
         f"# Install:  sudo mkdir -p {DROPIN_DIR}",
@@ -116,11 +111,23 @@ def systemd_dropin_text(doc: Mapping[str, Any]) -> str:
         "#           sudo systemctl daemon-reload && sudo systemctl restart ollama",
         "[Service]",
     ]
-    lines += [f'Environment="{k}={_systemd_value(v)}"' for k, v in env.items()]
+    lines += _env_lines(doc, _systemd_line, off="#")
+    return "\n".join(lines) + "\n"
+
+
+def _env_lines(doc: Mapping[str, Any], line: Callable[[str, str], str], off: str) -> list[str]:
+    """The server variables as ``line`` writes them; each optional one after
+    a comment saying why, itself commented out with ``off``."""
+    env, optional = server_env(doc)
+    lines = [line(k, v) for k, v in env.items()]
     for key, value in optional.items():
         lines.append(f"# optional: {_OPTIONAL_WHY.get(key, '')}".rstrip())
-        lines.append(f'#Environment="{key}={_systemd_value(value)}"')
-    return "\n".join(lines) + "\n"
+        lines.append(off + line(key, value))
+    return lines
+
+
+def _systemd_line(key: str, value: str) -> str:
+    return f'Environment="{key}={_systemd_value(value)}"'
 
 
 _OPTIONAL_WHY = {
@@ -137,7 +144,7 @@ def restart_commands(doc: Mapping[str, Any], ollama_bin: str = "ollama", lang: s
     if not env:
         return []
     conf = f"{DROPIN_DIR}/{DROPIN_NAME}"
-    body = ["[Service]"] + [f'Environment="{k}={_systemd_value(v)}"' for k, v in env.items()]
+    body = ["[Service]"] + [_systemd_line(k, v) for k, v in env.items()]
     inline = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     lines = [
         t("outputs.restart_systemd", lang),
