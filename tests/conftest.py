@@ -101,7 +101,8 @@ def _language_back_as_it_was():
 
 @pytest.fixture
 def raise_errors(monkeypatch):
-    """Under test, let OomvetError propagate instead of being prettified."""
+    """Under test, let OomvetError propagate instead of being prettified, and
+    a bug inside the intake parser surface instead of reading as "unknown"."""
     monkeypatch.setenv("OOMVET_RAISE", "1")
 
 

@@ -8,10 +8,8 @@ from assistant.intake import parse
 from tests.intake_table import GiB, observed, pinned_cases
 
 
-@pytest.fixture(autouse=True)
-def strict(monkeypatch):
-    """Let a bug inside the parser surface instead of being turned into `unknown`."""
-    monkeypatch.setenv("OOMVET_RAISE", "1")
+# a bug inside the parser surfaces instead of being read as "unknown"
+pytestmark = pytest.mark.usefixtures("raise_errors")
 
 
 CASES = pinned_cases("en")
