@@ -167,6 +167,8 @@ def _carried(read: Intake, skip: str, device_total: int | None) -> list[dict]:
 
 
 def load_answers(path: str | Path | None) -> dict:
+    """The answers file at ``path`` as ``{key: value}`` (``{}`` for none); UsageError with
+    one line for the first problem, so ``diagnose`` never starts measuring on a typo."""
     if path is None:
         return {}
     p = Path(path)
@@ -184,31 +186,35 @@ def load_answers(path: str | Path | None) -> dict:
     for key, value in data.items():
         if key not in KEYS:
             raise UsageError(t("answers.unknown", path=p, key=key, known=", ".join(KEYS)))
-        if value is None:
-            out[key] = None
-            continue
-        if key in ("want_ctx", "want_parallel", "budget", *YES_NO_KEYS):
-            if isinstance(value, bool) != (key in YES_NO_KEYS):
-                raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key)))
-            if key == "budget":
-                try:
-                    parse_answer(key, str(value))  # checked here; kept as written (6GiB, 80%)
-                except ValueError:
-                    raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key))) from None
-                value = str(value)
-            elif key not in YES_NO_KEYS:
-                try:
-                    value = parse_answer(key, str(value))
-                except ValueError:
-                    raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key))) from None
-                if not isinstance(value, int) or value <= 0:
-                    raise UsageError(t("answers.bad", path=p, key=key, value=value, what=_what(key)))
-        elif key == "lang" and value not in ("en", "zh"):
-            raise UsageError(t("answers.bad", path=p, key=key, value=value, what="en / zh"))
-        elif key in ("symptom", "model") and not isinstance(value, str):
-            raise UsageError(t("answers.bad", path=p, key=key, value=value, what=t("answers.what.text")))
-        out[key] = value
+        out[key] = None if value is None else _checked(p, key, value)
     return out
+
+
+def _checked(path: Path, key: str, value: Any) -> Any:
+    """The value the answers file gives ``key``, as kept; UsageError saying what was expected."""
+
+    def bad(shown: Any = value, what: str | None = None) -> UsageError:
+        return UsageError(t("answers.bad", path=path, key=key, value=shown, what=what or _what(key)))
+
+    if key in ("want_ctx", "want_parallel", "budget", *YES_NO_KEYS):
+        if isinstance(value, bool) != (key in YES_NO_KEYS):
+            raise bad()
+        if key in YES_NO_KEYS:
+            return value
+        try:
+            parsed = parse_answer(key, str(value))
+        except ValueError:
+            raise bad() from None
+        if key == "budget":
+            return str(value)  # checked here; kept as written (6GiB, 80%)
+        if not isinstance(parsed, int) or parsed <= 0:
+            raise bad(parsed)
+        return parsed
+    if key == "lang" and value not in ("en", "zh"):
+        raise bad(what="en / zh")
+    if key in ("symptom", "model") and not isinstance(value, str):
+        raise bad(what=t("answers.what.text"))
+    return value
 
 
 def _what(key: str) -> str:

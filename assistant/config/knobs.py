@@ -1,0 +1,133 @@
+"""The method's vocabulary and the Ollama knob behind each value.
+
+A config speaks the method's words (``max_context_len``, ``kv_cache``, ...);
+Ollama has Modelfile PARAMETERs, request options and server variables.
+:func:`ollama_section` is the one map from the first to the second, and the
+lists here (the variables and options Ollama reads) are what every ``ollama:``
+section and env file is checked against.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+VOCAB = ("model", "max_context_len", "max_batch_size", "max_concurrency",
+         "quant_type", "kv_cache", "gpu_memory_utilization")
+
+# Server variables Ollama v0.11.4 reads (envconfig/config.go, AsMap plus the
+# Host/Models/... helpers). The one list every env file is checked against.
+OLLAMA_ENV_VARS = frozenset({
+    "OLLAMA_AUTH", "OLLAMA_CONTEXT_LENGTH", "OLLAMA_DEBUG", "OLLAMA_FLASH_ATTENTION",
+    "OLLAMA_GPU_OVERHEAD", "OLLAMA_HOST", "OLLAMA_INTEL_GPU", "OLLAMA_KEEP_ALIVE",
+    "OLLAMA_KV_CACHE_TYPE", "OLLAMA_LLM_LIBRARY", "OLLAMA_LOAD_TIMEOUT",
+    "OLLAMA_MAX_LOADED_MODELS", "OLLAMA_MAX_QUEUE", "OLLAMA_MODELS", "OLLAMA_MULTIUSER_CACHE",
+    "OLLAMA_NEW_ENGINE", "OLLAMA_NOHISTORY", "OLLAMA_NOPRUNE", "OLLAMA_NUM_PARALLEL",
+    "OLLAMA_ORIGINS", "OLLAMA_SCHED_SPREAD",
+    # v0.34.4's envconfig adds these
+    "OLLAMA_NO_CLOUD", "OLLAMA_IGPU_ENABLE", "OLLAMA_MAX_TRANSFER_STREAMS",
+})
+
+# Request options / Modelfile PARAMETERs (api/types.go Options + Runner, v0.11.4)
+OLLAMA_OPTIONS = frozenset({
+    "num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread",
+    "num_keep", "seed", "num_predict", "top_k", "top_p", "min_p", "typical_p",
+    "repeat_last_n", "temperature", "repeat_penalty", "presence_penalty",
+    "frequency_penalty", "stop",
+})
+
+KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+
+_FALSE = ("", "0", "f", "F", "false", "FALSE", "False")
+
+
+def ollama_section(values: Mapping[str, Any], server_env: Mapping[str, Any] | None = None,
+                   total_bytes: int | None = None) -> dict:
+    """Map the values to Ollama's real knobs.
+
+    max_context_len -> PARAMETER num_ctx (and the request option);
+    max_batch_size -> PARAMETER num_batch; max_concurrency -> OLLAMA_NUM_PARALLEL;
+    quant_type -> the tag in FROM; kv_cache -> OLLAMA_KV_CACHE_TYPE (+ flash
+    attention); gpu_memory_utilization has no Ollama knob: OLLAMA_GPU_OVERHEAD
+    reserving (1-u) x total is the nearest, offered as optional.
+    """
+    env: dict[str, str] = {}
+    for name, value in (server_env or {}).items():
+        if name not in OLLAMA_ENV_VARS:
+            raise ValueError(f"server_env names {name!r}, which is not an Ollama server variable")
+        env[name] = env_text(value)
+    ctx, batch = values.get("max_context_len"), values.get("max_batch_size")
+    parallel = values.get("max_concurrency")
+    kv = values.get("kv_cache") or "f16"
+    util = values.get("gpu_memory_utilization")
+    # the values are what was decided; the environment follows them
+    if parallel is not None:
+        env["OLLAMA_NUM_PARALLEL"] = str(parallel)
+    if kv != "f16":
+        env["OLLAMA_KV_CACHE_TYPE"] = kv
+        env["OLLAMA_FLASH_ATTENTION"] = "1"
+    elif "OLLAMA_KV_CACHE_TYPE" in env:
+        env["OLLAMA_KV_CACHE_TYPE"] = "f16"
+    params = {k: v for k, v in (("num_ctx", ctx), ("num_batch", batch)) if v is not None}
+    optional: dict[str, str] = {}
+    if ctx is not None and "OLLAMA_CONTEXT_LENGTH" not in env:
+        optional["OLLAMA_CONTEXT_LENGTH"] = str(ctx)
+    overhead = gpu_overhead_bytes(util, total_bytes)
+    if overhead is not None and "OLLAMA_GPU_OVERHEAD" not in env:
+        optional["OLLAMA_GPU_OVERHEAD"] = str(overhead)
+    model = values.get("model")
+    knobs = {
+        "model": f"FROM {model} in the Modelfile; the model name in every request",
+        "max_context_len": (f"Modelfile PARAMETER num_ctx {ctx}; request option num_ctx={ctx}; "
+                            f"server default for requests without num_ctx: OLLAMA_CONTEXT_LENGTH={ctx} (optional)"),
+        "max_batch_size": f"Modelfile PARAMETER num_batch {batch}; request option num_batch={batch}",
+        "max_concurrency": (f"server env OLLAMA_NUM_PARALLEL={parallel} (restart the server); "
+                            f"the KV cache is allocated for num_ctx x OLLAMA_NUM_PARALLEL"),
+        "quant_type": f"the tag in FROM ({model}, quantization {values.get('quant_type')})",
+        "kv_cache": (f"server env OLLAMA_KV_CACHE_TYPE={kv} (restart the server); types other than f16 "
+                     f"need OLLAMA_FLASH_ATTENTION=1 and a GPU with flash attention"),
+        "gpu_memory_utilization": (
+            "no direct Ollama knob; " + (
+                f"OLLAMA_GPU_OVERHEAD={overhead} reserves (1 - {util}) x total bytes per GPU "
+                f"(optional, restart the server); " if overhead is not None else
+                "OLLAMA_GPU_OVERHEAD=(1 - u) x total bytes per GPU is the nearest; ")
+            + (f"vLLM: --gpu-memory-utilization {util}" if util is not None
+               else "not measured here (no GPU total)")),
+    }
+    return {
+        "from": model,
+        "parameters": dict(params),
+        "options": dict(params),
+        "env": env,
+        "optional_env": optional,
+        "knobs": knobs,
+    }
+
+
+def gpu_overhead_bytes(util: float | None, total_bytes: int | None) -> int | None:
+    """Bytes ``OLLAMA_GPU_OVERHEAD`` must reserve so Ollama plans with ``util`` x total."""
+    if util is None or not total_bytes or isinstance(util, bool) or not 0 < util <= 1:
+        return None
+    return int(round((1 - float(util)) * int(total_bytes)))
+
+
+def env_text(value: Any) -> str:
+    """An environment value as the server will read it (YAML true -> "1")."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def env_is_on(value: Any) -> bool:
+    """How Ollama reads a boolean variable: set and not a Go "false" spelling."""
+    return env_text(value) not in _FALSE
+
+
+def ollama_of(doc: Mapping[str, Any]) -> dict | None:
+    """The ``ollama:`` section of a valid doc, derived from the values when absent."""
+    if not doc.get("model"):
+        return None
+    section = doc.get("ollama")
+    if isinstance(section, Mapping):
+        return dict(section)
+    device = (doc.get("evidence") or {}).get("device") or {}
+    total = device.get("total") if device.get("vendor") != "cpu" else None
+    return ollama_section({k: doc.get(k) for k in VOCAB}, {}, total)

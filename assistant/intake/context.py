@@ -1,0 +1,83 @@
+"""The context a message asks for: a token count ("num_ctx 16384", "32k
+上下文", "-c 32768"), or an estimate from a length of text ("三万字的报告",
+"a 50,000 character log")."""
+from __future__ import annotations
+
+import re
+
+from assistant.intake.numbers import zh_number
+from assistant.intake.text import ICASE
+
+
+_K = r"(\d+(?:\.\d+)?)\s?(k|K)?"
+_CTX_WORD = (r"(?:ollama_context_length|context_length|num_ctx|n_ctx|ctx[-_ ]?size|--ctx-size|"
+             r"context(?:[-_ ](?:window|length|size|len))?|上下文(?:长度|窗口)?|ctx)")
+_NOT_TOKENS_AFTER = (r"(?!\s*(?:%|g\b|gb|gib|m\b|mb|mib|t\b|tb|个?\s*(?:人|用户|并发|请求)|"
+                     r"users?\b|people\b|requests?\b|b\b|bit|层|layers?\b|[/／]s))")
+_CTX_PATTERNS = [
+    # "num_ctx 16384", "上下文开到 32k", "context of 8192", "context window to 32k"
+    re.compile(_CTX_WORD + r"[^\d\n。.,;；!?]{0,14}?(?<![\w.])" + _K + r"(?!\w|\.\d)" + _NOT_TOKENS_AFTER, ICASE),
+    # "32k 上下文", "8K context", "16k tokens of context", "128k 的上下文窗口"
+    re.compile(r"(?<![\w.])" + _K + r"\s*(?:tokens?\s*(?:of\s*)?)?(?:的\s*)?(?:上下文|context|ctx)", ICASE),
+    # "6000-token prompt", "32k tokens" (not speeds: "5 tokens/s", "每秒 3 个 token")
+    re.compile(r"(?<![\w.])" + _K + r"[\s-]*(?:个\s*)?tokens?\b(?!\s*(?:/|per\b|每))", ICASE),
+    # a bare "128k", "超过 8k": in this room a k-number is a context size
+    re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(k|K)(?![a-zA-Z\d])(?!\s*(?:requests|users|downloads|stars|次|条))", ICASE),
+    # llama.cpp's "-c 32768"
+    re.compile(r"(?<![\w-])-c\s+(\d+)()\b"),
+]
+_WAN = re.compile(r"(\d+(?:\.\d+)?)\s*万\s*(?:个\s*)?(?:token|上下文)", ICASE)
+
+
+def _ctx_value(number: str, k: str | None) -> int:
+    value = float(number)
+    return int(round(value * 1024)) if k else int(round(value))
+
+
+def find_ctx(text: str) -> int | None:
+    """The largest context size named: the one that fails or the one wanted.
+    ``k`` is 1024 (``32k`` -> 32768), as Ollama users mean it."""
+    seen = []
+    for i, rx in enumerate(_CTX_PATTERNS):
+        for m in rx.finditer(text):
+            if i == 2 and re.search(r"每秒\s*(?:只有|才|就)?\s*$", text[max(0, m.start() - 6):m.start()]):
+                continue
+            value = _ctx_value(m.group(1), m.group(2))
+            if i == 0 and value >= 1 or value >= 128:
+                seen.append(value)
+    for m in _WAN.finditer(text):
+        seen.append(int(round(float(m.group(1)) * 10000)))
+    seen = [v for v in seen if v <= 10_000_000]
+    return max(seen) if seen else None
+
+
+# Tokens per unit of length, for a context given as a length of text. An
+# estimate, and meant to err high (running out is worse than reserving more):
+# a CJK character is about one token in Llama/Qwen tokenizers; English runs
+# about four characters or three quarters of a word per token.
+TOKENS_PER_ZH_CHAR = 1.0
+CHARS_PER_EN_TOKEN = 4.0
+TOKENS_PER_EN_WORD = 4 / 3
+_ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万|千)?(?:\s*([\d一二两三四五六七八九])\s*(?:千|百)?)?"
+                       r"\s*(?:多)?\s*(?:个)?\s*字")
+_EN_LENGTH = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(k)?[- ]?(characters?|chars|words?)\b", ICASE)
+
+
+def estimate_ctx(text: str) -> int | None:
+    """Tokens estimated from a length of text ("三万字的报告", "a 50,000 character
+    log", "a 20k-word transcript"); None when no length is given."""
+    seen = []
+    for m in _ZH_CHARS.finditer(text):
+        n = zh_number(m.group(1))
+        if n:
+            n *= {"万": 10000, "千": 1000}.get(m.group(2), 1)
+            if m.group(2) and m.group(3):  # the next place down: "一万五千" 15000, "三千五" 3500
+                n += zh_number(m.group(3)) * {"万": 1000, "千": 100}[m.group(2)]
+            if n >= 500:
+                seen.append(n * TOKENS_PER_ZH_CHAR)
+    for m in _EN_LENGTH.finditer(text):
+        n = float(m.group(1).replace(",", "")) * (1000 if m.group(2) else 1)
+        tokens = n / CHARS_PER_EN_TOKEN if m.group(3).lower().startswith("char") else n * TOKENS_PER_EN_WORD
+        if tokens >= 128:
+            seen.append(tokens)
+    return int(round(max(seen))) if seen else None

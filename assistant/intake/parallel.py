@@ -1,0 +1,54 @@
+"""The concurrency a message speaks of: "4 个并发", "3 users at once",
+"OLLAMA_NUM_PARALLEL=4"."""
+from __future__ import annotations
+
+import re
+
+from assistant.intake.numbers import NUMWORD, count
+from assistant.intake.text import ICASE
+
+
+_PAR_PATTERNS = [
+    # "4 个并发", "4并发", "两个人同时用", "4 路并发", "二十多个人同时"; after a measure word any
+    # short noun ("八个客服同时", "5 个分支并发", "两个 API client（n8n 和 Continue）同时"), but not
+    # models or cards loaded together
+    re.compile(r"(?<![A-Za-z0-9_])" + NUMWORD + r"\s*(?:(?:多|几|来)?(?:个|路|位|名)\s*"
+               r"(?:(?!(?:models?|gpus?|cards?)\b)[A-Za-z]+\s*){0,2}"
+               r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,3}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口)?)"
+               r"\s*(?:[(（][^)）\n]{0,40}[)）])?\s*(?:同时|并发|一起(?!加载|载入|load)|并行)", ICASE),
+    # "同时开 3 个会话", "同时 2 个请求"
+    re.compile(r"同时\s*(?:开|发|跑|用)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
+    # "3 users", "two browser tabs", "4 people", "4 at once", "two dozen agent workers", "two of us":
+    # in this room a count of users is concurrency
+    re.compile(r"\b" + NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:[a-z]+\s+)?(?:users|people|ppl|folks|"
+               r"clients|agents|workers|browser tabs|tabs|sessions|chats)\b|\b" + NUMWORD + r"\s+(?:at once|of us)\b", ICASE),
+    # "并发 4", "并发数设为4", "并行请求数: 2"
+    re.compile(r"(?:并发|并行)(?:请求)?(?:数|量|数量)?\s*(?:设为|设成|设置为|设置成|开到|调到|改成|是|为|=|:|到|开)?\s*"
+               + NUMWORD + r"(?!\s*(?:g|gb|k|%))(?![多下旦直点些起上])", ICASE),
+    # "4 concurrent users", "two simultaneous requests", "16 concurrency"
+    re.compile(r"\b" + NUMWORD + r"\s+(?:concurrent|simultaneous|parallel|concurrency)\b", ICASE),
+    # "4 users at once", "3 requests at the same time", "12 threads at once" (threads alone are CPU threads)
+    re.compile(r"\b" + NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|ppl|folks|connections?|calls|threads|"
+               r"workers|agents|processes)\s+"
+               r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel)", ICASE),
+    # "concurrency of 4", "OLLAMA_NUM_PARALLEL=4", "parallel 2", "--parallel 2"
+    re.compile(r"(?:concurrency|parallelism|ollama_num_parallel|num_parallel|--parallel|(?<![\w-])parallel)"
+               r"\s*(?:level\s*)?(?:of|=|:|to|is|at|set to|设成|设为|设置为|设置成|设到|改成|改为|调到|开到|是|为)?\s*(\d+)\b"
+               r"(?!\s*(?:g|gb|k|%))", ICASE),
+    re.compile(r"\b(a couple of|a pair of)\s+(?:concurrent|simultaneous|parallel)\b", ICASE),
+    # "a second request while the first is still streaming": the second one makes two
+    re.compile(r"\b(?:a|the)\s+(second|third|fourth)\s+(?:request|prompt|call|chat|user|client)"
+               r"(?=[^.\n]{0,40}\bwhile\b)", ICASE),
+]
+_ORDINALS = {"second": 2, "third": 3, "fourth": 4}
+
+
+def find_parallel(text: str) -> int | None:
+    seen = []
+    for rx in _PAR_PATTERNS:
+        for m in rx.finditer(text):
+            word = next(g for g in m.groups() if g)
+            n = _ORDINALS.get(word.lower()) or count(word)
+            if n and 1 <= n <= 1024:
+                seen.append(n)
+    return max(seen) if seen else None

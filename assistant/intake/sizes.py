@@ -1,0 +1,128 @@
+"""Memory sizes in a message: the GPU budget the user has or may use ("4060
+8G", "只剩 6G 可用", "budget 10GB"), a budget as a share of the device ("80%
+of the GPU", "half the card"), and :func:`size_of` for a size said alone."""
+from __future__ import annotations
+
+import re
+
+from assistant.intake.numbers import EN_ALT, EN_NUM, zh_int
+from assistant.intake.text import ICASE, normalise
+from probes.units import SizeError, parse_size
+
+
+_SIZE = (r"(\d+(?:\.\d+)?|(?<![a-z])(?:" + EN_ALT + r")(?=[\s-])|[一二两三四五六七八九十百]+)[\s-]*(?:个\s*)?"
+         r"(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)(?![a-z])")
+_UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "megabyte": "m", "megabytes": "m",
+               "meg": "m", "megs": "m", "兆": "m"}
+_GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|video memory|of vram|of gpu memory|"
+              r"of video memory|of (?:the |my |its )?(?:unified memory|vram|gpu memory|video memory)|gpu memory|unified memory|统一内存|mac|across (?:two|both|\d+|several) (?:cards|gpus))")
+_GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unified memory|统一内存)\s*(?:大小|容量|总共|一共|上限|最大)?\s*"
+               r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|have|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
+_FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:of\s+)?(?:free|available|left|headroom|spare|"
+               r"(?:is\s+|are\s+)?usable|可用|剩余|空闲|能用|可以用)")
+_FREE_BEFORE = (r"(?:剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|"
+                r"最多(?:只能)?(?:用|给|占)?|只能(?:用|占)|只用|(?:不能|不要|别|不可以)?超过|不超过|free|available|"
+                r"only may use|may use|can use|at most|no more than|up to|fit (?:in|into|within|under)|"
+                # what someone hands ollama: "给 ollama 分了 6G", "ollama is allowed 30GB", "should only use 18GB"
+                # ("I only use 8GB models" is not one)
+                r"给\s*\S{0,10}?\s*分(?:配)?了|分(?:给|配给)\s*\S{0,8}?|(?:should|may|can|could|will)\s+only\s+use|"
+                r"only\s+gets?\s+to\s+use|allowed(?:\s+to\s+use)?|(?:is|are|was|were|been)\s+given|allotted|"
+                r"(?:keep|stay|stays|kept)\s+(?:it\s+|ollama\s+|the model\s+)?(?:under|below|within))"
+                r"\s*(?:显存|vram)?\s*(?:只有|有|是|大概|约|:|=|only|just|is|about)?\s*")
+# a MIG slice, a quota: the part of a shared card that is the user's
+_BUDGET_WORD = (r"(?:--budget|budget|预算|限制在|限制为|limit(?:ed)? to|cap(?:ped)? at|capped to|\bslice|\bquota|"
+                r"\bpartition|配额|份额)\s*(?:of|to|is|=|:|是|为|有)?\s*")
+_BUDGET_PATTERNS = [
+    re.compile(r"(?<![\w.])" + _SIZE + _GPU_AFTER, ICASE),
+    re.compile(_GPU_BEFORE + _SIZE, ICASE),
+    re.compile(r"(?<![\w.])" + _SIZE + _FREE_AFTER, ICASE),
+    re.compile(_FREE_BEFORE + _SIZE, ICASE),
+    re.compile(_BUDGET_WORD + _SIZE, ICASE),
+    re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:budget|max(?:imum)?\b|at most|的预算|以内|封顶)", ICASE),
+    # the card's total as a tool reports it: "The card reports 23.6 GiB total" ("the GPU uses 10GB total" is usage)
+    re.compile(r"(?:\bcard|\bgpu|\bvram|显卡|显存|nvidia-smi)[^.\n。,;]{0,20}?(?<![\w.])" + _SIZE
+               + r"\s*(?:total|in total|总量|总共)", ICASE),
+]
+_SIZE_NEAR_GPU = re.compile(r"^\s*(?:的|,|with|w/|\(|（|has|have|had|got|is|有|是)?\s*" + _SIZE, ICASE)
+_SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", ICASE)
+# "用了 7G 显存", "needs 10GB VRAM": usage or a requirement, not what the card has
+_USAGE_BEFORE = re.compile(
+    r"(?:占用|用了|使用了?|占了|占着|吃了|吃掉|涨到|需要|要|uses|using|used|takes|took|eats|holds|needs?|requires?|allocat\w*|"
+    r"shows?|显示|loads?|of)\s*(?:了)?\s*(?:about|around|大概|约|almost|nearly)?\s*$",
+    ICASE,
+)
+# "nvidia-smi shows 7400MiB free": a reading of what is free is the budget, though "shows 7G" alone is usage
+_SHOWN_BEFORE = re.compile(r"(?:shows?|showed|显示|reports?)\s*(?:about|around|大概|约|almost|nearly)?\s*$", ICASE)
+_RAM_NEAR = re.compile(r"(?<!显)(?:\bram\b|内存|system memory|系统内存)", ICASE)
+
+
+def _bytes(number: str, unit: str) -> int | None:
+    if not number[0].isdigit():
+        number = str(EN_NUM.get(number.lower()) or zh_int(number) or "")
+    try:
+        return parse_size(f"{number}{_UNIT_WORDS.get(unit.lower(), unit)}")
+    except SizeError:
+        return None
+
+
+_LONE_SIZE = re.compile(r"^\s*(?:about|around|大概|约|只有|有)?\s*" + _SIZE + r"\s*(?:左右|上下)?\s*$", ICASE)
+
+
+def size_of(text: str) -> int | None:
+    """Bytes of a size said on its own, as people write it ("8 gigs", "500 兆",
+    "2 个 G"); None when ``text`` is not just a size."""
+    m = _LONE_SIZE.match(normalise(str(text)))
+    return _bytes(m.group(1), m.group(2)) if m else None
+
+
+def find_budget(text: str, gpus) -> int | None:
+    """GPU memory the user has, or may use: the smallest amount they name next
+    to a GPU word, a GPU name, "free" or "budget" (system RAM is not a budget)."""
+    seen = []
+    for i, rx in enumerate(_BUDGET_PATTERNS):
+        for m in rx.finditer(text):
+            before = text[max(0, m.start(1) - 14):m.start(1)]  # before the size, not the card word
+            if i in (0, 2, 6) and _USAGE_BEFORE.search(before) and not (i in (2, 6) and _SHOWN_BEFORE.search(before)):
+                continue
+            if i in (2, 3) and _RAM_NEAR.search(text[max(0, m.start() - 16):m.end() + 8]):
+                continue
+            seen.append(_bytes(m.group(1), m.group(2)))
+    for start, end, _name in gpus:
+        after = _SIZE_NEAR_GPU.match(text[end:end + 16])
+        if after:
+            seen.append(_bytes(after.group(1), after.group(2)))
+        before = _SIZE_BEFORE_GPU.search(text[max(0, start - 14):start])
+        if before:
+            seen.append(_bytes(before.group(1), before.group(2)))
+    seen = [v for v in seen if v and v >= 256 << 20]  # below 256 MiB it is not a GPU
+    return min(seen) if seen else None
+
+
+_SHARE = re.compile(
+    r"(?<![\d.])(\d{1,3}(?:\.\d+)?)\s*%\s*(?:的)?\s*(?:of\s+(?:the\s+|my\s+)?)?(?:显存|显卡|vram|gpu|card|device|memory)"
+    r"|(?:只能用|只用|最多用|可以用|may use|can use|only (?:may )?use|use at most|limit(?:ed)? to|budget(?: of| is)?)"
+    r"\s*(?:the\s+)?(\d{1,3}(?:\.\d+)?)\s*%"
+    # a fraction in words: "lets me use half the card", "只能用一半显存"
+    r"|(?:use|using|get|have)\s+(?:only\s+|at most\s+)?(half|a third|a quarter)\s+(?:of\s+)?(?:the\s+|my\s+|this\s+)?"
+    r"(?:card|gpu|vram|device|gpu memory)\b"
+    r"|(?:只能|最多|只|可以)(?:用|占|分到)\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡)"
+    r"|(?:显存|显卡)\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)"
+    # the card first, then the share: "最多只能占整张 A100 的 40%"
+    r"|(?:只能|最多|只|可以)(?:只能)?(?:用|占|使用|分到)\s*[^,。;\n%]{0,14}?的\s*(\d{1,3}(?:\.\d+)?)\s*%", ICASE)
+# "ollama ps showed phi4 at 11 GB, 100% GPU": a reading of where a model runs, not a share to keep to
+_READING_BEFORE = re.compile(r"ollama\s+ps|processor|nvidia-smi|shows?\b|showed|显示|reports?\b", ICASE)
+_FRACTIONS = {"half": 50, "a third": 100 / 3, "a quarter": 25, "一半": 50, "三分之一": 100 / 3, "四分之一": 25}
+
+
+def find_share(text: str) -> tuple[float | None, bool]:
+    """A budget given as a share of the device ("只能用 80% 的显存", "60% of the GPU"),
+    and whether it was said as what the user may use ("use half the card"): that
+    share is of the card, so it outranks the card's own size."""
+    for m in _SHARE.finditer(text):
+        if m.group(1) and _READING_BEFORE.search(re.split(r"[.。;；\n]", text[max(0, m.start() - 60):m.start()])[-1]):
+            continue
+        word = m.group(3) or m.group(4) or m.group(5)
+        value = _FRACTIONS[word.lower()] if word else float(m.group(1) or m.group(2) or m.group(6))
+        if 0 < value <= 100:
+            return value / 100, m.group(1) is None
+    return None, False
