@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probes import context, predict  # noqa: E402
 from probes.base import ProbeEnv  # noqa: E402
 from probes.calibrate import Calibration  # noqa: E402
-from probes.memory.host import HostReader, is_ollama_runner  # noqa: E402
+from probes.memory.host import HostReader  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402
 from oomrig import Rig  # noqa: E402
 from probes.units import fmt_size  # noqa: E402
@@ -36,15 +36,6 @@ CONTEXTS = (2048, 4096, 6144, 8192)
 
 def err(pred: int | None, peak: int) -> str:
     return "—" if pred is None else f"{100 * (pred - peak) / peak:+.1f}%"
-
-
-def rig_reader(rig) -> HostReader:
-    """Host RSS of the rig's model process: ``ollama runner`` on the legacy
-    engine, ``llama-server`` on the current one (the host reader's own match
-    knows only the first; see the report)."""
-    def match(cmdline) -> bool:
-        return is_ollama_runner(cmdline) or (bool(cmdline) and cmdline[0].rsplit("/", 1)[-1] == "llama-server")
-    return HostReader(server_pid=lambda: rig.server_pid, match=match)
 
 
 def _terminate(signum, frame):
@@ -63,7 +54,7 @@ def main() -> int:
         api = Ollama(rig.host)
         _, engine = predict.server_engine(api)
         print(f"engine: Ollama {api.version()} ({engine})  fill {args.fill}", flush=True)
-        reader = rig_reader(rig)
+        reader = HostReader(server_pid=lambda: rig.server_pid)  # the model process of either engine
         env = ProbeEnv(api=api, reader=reader, device=reader.info(), control=rig.server, timeout_s=7200)
         print(f"{'tag':18s} {'num_ctx':>7s} {'peak':>10s} {'model':>8s} {'cal 1':>8s} {'cal 2':>8s} {'/api/ps':>8s}")
         worst = {"model": 0.0, "cal 1": 0.0, "cal 2": 0.0, "/api/ps": 0.0}

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from probes import context  # noqa: E402
 from probes.base import ProbeEnv  # noqa: E402
-from probes.memory.host import HostReader, is_ollama_runner  # noqa: E402
+from probes.memory.host import HostReader  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402
 from oomrig import Rig  # noqa: E402
 from probes.units import fmt_size  # noqa: E402
@@ -39,15 +39,6 @@ TRAINED = 8192
 
 def tier_points(result) -> dict[int, tuple[bool, int | None]]:
     return {f["num_ctx"]: (f["ok"], f["peak"]) for f in result.facts if f["kind"] == "tier"}
-
-
-def rig_reader(rig) -> HostReader:
-    """Host RSS of the rig's model process: ``ollama runner`` on the legacy
-    engine, ``llama-server`` on the current one (the host reader's own match
-    knows only the first; see the report)."""
-    def match(cmdline) -> bool:
-        return is_ollama_runner(cmdline) or (bool(cmdline) and cmdline[0].rsplit("/", 1)[-1] == "llama-server")
-    return HostReader(server_pid=lambda: rig.server_pid, match=match)
 
 
 def _terminate(signum, frame):
@@ -71,7 +62,7 @@ def main() -> int:
     with Rig(log=lambda m: print(f"[rig] {m}", file=sys.stderr)) as rig:
         api = Ollama(rig.host)
         print(f"engine: Ollama {api.version()}  model {MODEL}  fill {args.fill}", flush=True)
-        reader = rig_reader(rig)
+        reader = HostReader(server_pid=lambda: rig.server_pid)  # the model process of either engine
         env = ProbeEnv(api=api, reader=reader, device=reader.info(), control=rig.server, timeout_s=7200)
 
         started = time.monotonic()
