@@ -14,8 +14,8 @@ import sys
 import threading
 
 from assistant import __version__
-from assistant.errors import EXIT_USAGE, OomvetError
-from probes.errors import ProbeError
+from assistant.errors import EXIT_USAGE
+from probes.errors import UserError
 from rules.engine import RulesUnavailable
 
 # order = order in --help
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except RulesUnavailable as exc:
         print(f"oomvet: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (OomvetError, ProbeError) as exc:
+    except UserError as exc:
         if os.environ.get("OOMVET_RAISE"):  # tests: see the real exception
             raise
         print(f"oomvet: {exc}", file=sys.stderr)

@@ -6,28 +6,27 @@ a bug and keeps its traceback.
 """
 from __future__ import annotations
 
+from probes.errors import ServerUnreachableError, UserError
+
 EXIT_OK = 0          # done, config verified
 EXIT_NO_FIT = 1      # no config fits; best finding reported
 EXIT_USAGE = 2       # bad usage or input
 EXIT_UNREACHABLE = 3  # the Ollama server cannot be reached
 
 
-class OomvetError(Exception):
+class OomvetError(UserError):
     """A problem the user can act on; shown as one line. Subclasses set the exit code."""
 
     exit_code = EXIT_USAGE
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
 
 
 class UsageError(OomvetError):
     """Bad flags, a bad budget string, a malformed answers or scenario file."""
 
 
-class ServerUnreachable(OomvetError):
-    """The Ollama server did not answer at the host we were given."""
+class ServerUnreachable(OomvetError, ServerUnreachableError):
+    """The Ollama server did not answer at the host we were given (found outside
+    the probes, e.g. by ``ollama create``); the probes' own is its base."""
 
     exit_code = EXIT_UNREACHABLE
 

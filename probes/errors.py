@@ -1,20 +1,26 @@
-"""Errors raised from the world side (server, readers, probes).
+"""Errors raised from the world side (server, readers, probes), and the root
+of every error a user sees.
 
-``probes`` never imports ``assistant``, so its user-facing errors live here;
-the CLI maps them, like :class:`assistant.errors.OomvetError`, to one line and
-``exit_code``.
+``probes`` never imports ``assistant``, so the root of the one hierarchy,
+:class:`UserError`, lives here: :class:`ProbeError` (the world side) and
+:class:`assistant.errors.OomvetError` (everything else) both derive from it,
+and the CLI turns any ``UserError`` into one line and its ``exit_code``.
 """
 from __future__ import annotations
 
 
-class ProbeError(Exception):
-    """A problem a user can act on, found while touching the world; one line."""
+class UserError(Exception):
+    """A problem the user can act on: one line, an optional hint, an exit code."""
 
     exit_code = 2
 
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.hint = hint
+
+
+class ProbeError(UserError):
+    """A problem a user can act on, found while touching the world; one line."""
 
 
 class ServerUnreachableError(ProbeError):

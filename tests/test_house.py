@@ -125,3 +125,17 @@ def test_no_module_is_over_the_size_of_one_job():
     long = {name: n for name, path in MODULES.items()
             if name not in DATA_MODULES and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_every_error_a_user_sees_has_one_root():
+    import inspect
+
+    from assistant import errors as assistant_errors
+    from probes import errors as probe_errors
+    from probes.errors import UserError
+
+    classes = {obj for module in (assistant_errors, probe_errors) for _, obj in inspect.getmembers(module, inspect.isclass)
+               if issubclass(obj, Exception)}
+    assert {c.__name__ for c in classes if not issubclass(c, UserError)} == set()
+    # one unreachable server, whichever room found it
+    assert issubclass(assistant_errors.ServerUnreachable, probe_errors.ServerUnreachableError)
