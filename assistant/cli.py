@@ -53,8 +53,6 @@ def _command_module(name: str):
         raise
 
 
-
-
 def _terminate(signum, frame):
     # a plain kill must unwind like Ctrl-C: probes restore the server, the rig
     # or simulator oomvet started is stopped, and no partial file is left

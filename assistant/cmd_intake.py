@@ -18,11 +18,10 @@ from dataclasses import replace
 from assistant.errors import EXIT_OK, UsageError
 from assistant.i18n import LANGS, catalog, get_lang, t
 from assistant.intake import Intake, has_words, parse, phase_text
+from probes.server import DEFAULT_HOST
 from probes.units import fmt_size
 
 MSG = catalog("cmd_intake")
-
-_DEFAULT_HOST = "http://127.0.0.1:11434"
 
 
 def add_parser(subparsers) -> None:
@@ -34,14 +33,14 @@ def add_parser(subparsers) -> None:
                    help="also ask this chat model on the Ollama server (needs langchain-ollama); "
                         "it may override what the parser read from weak evidence")
     p.add_argument("--host", metavar="URL", default=None,
-                   help=f"Ollama server for --llm (default: $OLLAMA_HOST or {_DEFAULT_HOST})")
+                   help=f"Ollama server for --llm (default: $OLLAMA_HOST or {DEFAULT_HOST})")
     p.add_argument("--llm-host", metavar="URL", default=None, help="Ollama server for --llm (overrides --host)")
     p.set_defaults(run=run)
 
 
 def default_host() -> str:
     """``$OLLAMA_HOST`` as a URL (Ollama accepts ``host:port`` without a scheme)."""
-    host = os.environ.get("OLLAMA_HOST", "").strip() or _DEFAULT_HOST
+    host = os.environ.get("OLLAMA_HOST", "").strip() or DEFAULT_HOST
     return (host if "://" in host else f"http://{host}").rstrip("/")
 
 

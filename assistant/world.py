@@ -25,9 +25,8 @@ from probes.ollama_api import Ollama
 from probes.serverinfo import read_server
 from probes.serverlog import find_log
 from probes.serverlog import parse as parse_log
-from probes.server import ForeignServer
+from probes.server import DEFAULT_HOST, ForeignServer
 
-DEFAULT_HOST = "http://127.0.0.1:11434"
 
 MSG = catalog("world")
 
@@ -36,7 +35,7 @@ def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = Fa
     """The flags every measuring command shares."""
     parser.add_argument("--model", "-m", required=model_required, help="model tag, e.g. neohorse-1:q8_0")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--host", help="Ollama server URL (default: $OLLAMA_HOST or http://127.0.0.1:11434)")
+    where.add_argument("--host", help=f"Ollama server URL (default: $OLLAMA_HOST or {DEFAULT_HOST})")
     where.add_argument("--rig", action="store_true",
                        help="use oomvet's own test Ollama with the NeoHorse-1 stand-ins (built and cached on first use)")
     where.add_argument("--simulate", metavar="SCENARIO", help="play a GPU + Ollama from a scenario file")

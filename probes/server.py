@@ -30,6 +30,8 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_d
 from probes.errors import ProbeError, ServerUnreachableError
 
 DEFAULT_PORT = 11434
+#: where Ollama listens unless told otherwise (``OLLAMA_HOST``)
+DEFAULT_HOST = f"http://127.0.0.1:{DEFAULT_PORT}"
 # environment variables that are server settings (LLAMA_ARG_*: llama-server's, passed through by v0.30+)
 SETTING_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
 

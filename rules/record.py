@@ -144,8 +144,6 @@ def finish_probe(st: dict, f: dict) -> None:
         st["probe_error"] = f.get("error") or "the probe reported a failure"
 
 
-
-
 def note_stop(st: dict, f: dict) -> None:
     st["stop_reason"] = f["reason"]
 

@@ -267,7 +267,6 @@ def test_api_show_payloads_are_read_or_refused_in_one_line(payload, status):
     judge("/api/show payloads (probes.ollama_api.show)", _api(payload, status).show, "neohorse-1:q8_0")
 
 
-
 # -- server log lines -------------------------------------------------------------
 
 _LOG_TEMPLATES = [

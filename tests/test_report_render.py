@@ -123,7 +123,6 @@ def test_markdown_table_cells_escape_pipes():
     assert "a \\| b" in md
 
 
-
 def test_a_limit_far_above_the_curve_is_written_not_drawn_so_the_curve_stays_readable():
     from assistant.report import chart_png, chart_top
 

@@ -93,7 +93,6 @@ def _int_option(options: Mapping[str, Any], key: str, default: int) -> int:
         raise SimError(400, f"option {key!r} must be of type integer") from None
 
 
-
 def _env_line(env: Mapping[str, str]) -> str:
     return " ".join(f"{k}:{v}" for k, v in sorted(env.items()))
 
