@@ -22,7 +22,7 @@ from assistant.i18n import catalog, t
 from assistant.intake import Intake
 from assistant.intake_llm import Transcript
 from probes import backend, baseline, context, quant, stability
-from probes.base import Cancelled, ProbeResult
+from probes.base import Cancelled, ProbeResult, measured_server_env
 from probes.errors import ProbeError, ServerUnreachableError
 from probes.units import fmt_size
 from rules.engine import Advisor
@@ -276,12 +276,8 @@ class Session:
 
 
 def _server_env(config: dict | None) -> dict[str, str]:
-    if not config:
-        return {}
-    kv = config.get("kv_cache") or "f16"
-    return {"OLLAMA_NUM_PARALLEL": str(config.get("max_concurrency") or 1),
-            "OLLAMA_FLASH_ATTENTION": "1" if kv != "f16" else "0",
-            "OLLAMA_KV_CACHE_TYPE": kv}
+    """The server settings the step's config is measured with (none before a config)."""
+    return measured_server_env(config.get("max_concurrency"), config.get("kv_cache")) if config else {}
 
 
 def _peak(result: ProbeResult) -> int | None:

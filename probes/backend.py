@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 
-from probes.base import ProbeEnv, restoring, server_settings
+from probes.base import ProbeEnv, measured_server_env, restoring, server_settings
 from probes.evidence import spill_error
 from probes.result import ProbeResult, timed
 from probes.step import sampled
@@ -37,10 +37,7 @@ def restart_command(env_changes: dict[str, str]) -> str:
 
 
 def _server_env(settings: dict) -> dict[str, str]:
-    kv = str(settings["kv_cache_type"])
-    # a quantized KV cache is only used with flash attention on
-    return {"OLLAMA_NUM_PARALLEL": str(int(settings["num_parallel"])), "OLLAMA_KV_CACHE_TYPE": kv,
-            "OLLAMA_FLASH_ATTENTION": "1" if kv != "f16" else "0"}
+    return measured_server_env(settings["num_parallel"], settings["kv_cache_type"])
 
 
 @timed

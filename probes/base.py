@@ -166,6 +166,15 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
         env.changed("restored", key=key, settled=settled)
 
 
+def measured_server_env(parallel: int, kv_cache: str) -> dict[str, str]:
+    """The server-wide settings a measurement runs with: the concurrency and the
+    KV cache type, with flash attention on exactly when the cache is quantized
+    (Ollama uses a quantized cache only with flash attention)."""
+    kv = str(kv_cache or "f16")
+    return {"OLLAMA_NUM_PARALLEL": str(max(1, int(parallel or 1))), "OLLAMA_KV_CACHE_TYPE": kv,
+            "OLLAMA_FLASH_ATTENTION": "1" if kv != "f16" else "0"}
+
+
 @contextlib.contextmanager
 def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
     """Run the block with these server-wide settings (``OLLAMA_NUM_PARALLEL``...),
@@ -173,7 +182,7 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
     False when the server would need a restart oomvet may not do: the block
     then measures the server as it is."""
     current = env.control.env()
-    defaults = {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_KV_CACHE_TYPE": "f16", "OLLAMA_FLASH_ATTENTION": "0"}
+    defaults = measured_server_env(1, "f16")  # what a server runs with when none is set
     changes = {k: str(v) for k, v in wanted.items() if current.get(k, defaults.get(k, "")) != str(v)}
     if not changes:
         yield True

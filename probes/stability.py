@@ -16,7 +16,7 @@ import uuid
 
 from probes import coherence
 from probes import sanity
-from probes.base import ProbeEnv, restoring, server_settings
+from probes.base import ProbeEnv, measured_server_env, restoring, server_settings
 from probes.evidence import failure_fields, log_window
 from probes.result import ProbeResult, timed
 from probes.step import measure_checked, sampled
@@ -47,8 +47,7 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
     parallel = max(1, int(config.get("max_concurrency") or 1))
     result = ProbeResult("stability", ok=False)
     kv = str(config.get("kv_cache") or "f16")
-    wanted_env = {"OLLAMA_NUM_PARALLEL": str(parallel), "OLLAMA_KV_CACHE_TYPE": kv,
-                  "OLLAMA_FLASH_ATTENTION": "1" if kv != "f16" else "0"}
+    wanted_env = measured_server_env(parallel, kv)
     with restoring(env), server_settings(env, wanted_env) as applied:
         if not applied:
             # a user's server runs with its own settings: the config cannot be verified here
