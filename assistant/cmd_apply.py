@@ -26,7 +26,7 @@ from assistant.config import load_config, ollama_of
 from assistant.errors import EXIT_NO_FIT, EXIT_OK, OomvetError, ServerUnreachable, UsageError
 from assistant.i18n import LANGS, catalog, t
 from assistant.outputs import MODELFILE_NAME, created_model_name, modelfile_text, restart_commands, server_env
-from assistant.world import DEFAULT_HOST
+from probes.server import DEFAULT_HOST
 
 CREATE_TIMEOUT_S = 600.0
 

@@ -18,7 +18,7 @@ from assistant.errors import OomvetError
 from assistant.i18n import catalog, t
 from assistant.journal_read import SessionReader
 from assistant.journal_schema import first_line, now
-from assistant.world import DEFAULT_HOST
+from probes.server import DEFAULT_HOST
 
 MSG = catalog("journal_write")
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assistant.i18n import catalog, t
-from probes.base import SIZE_KEYS
+from probes.result import SIZE_KEYS
 from probes.units import fmt_size
 
 COMPACT_BELOW = 100  # columns

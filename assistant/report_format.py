@@ -13,10 +13,11 @@ from __future__ import annotations
 import base64
 import html
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from markdown_it import MarkdownIt
-from markdown_it.renderer import RendererHTML
+if TYPE_CHECKING:
+    from markdown_it.renderer import RendererHTML
+
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ def render_markdown(blocks: Iterable) -> str:
 def render_html(markdown: str, charts: Mapping[str, bytes], title: str, lang: str = "en") -> str:
     """``markdown`` as a whole HTML page; an image whose source is a key of
     ``charts`` gets that PNG inline instead of the file name."""
+    from markdown_it import MarkdownIt  # here, not at import: only a written report needs it
+
     # raw HTML off: whatever a user typed into the transcript stays text
     parser = MarkdownIt("commonmark", {"html": False}).enable("table")
     parser.add_render_rule("image", _inline_image)
@@ -101,12 +104,12 @@ def render_html(markdown: str, charts: Mapping[str, bytes], title: str, lang: st
             + body + "</body>\n</html>\n")
 
 
-def _inline_image(self: RendererHTML, tokens, idx: int, options, env: dict[str, Any]) -> str:
+def _inline_image(self: "RendererHTML", tokens, idx: int, options, env: dict[str, Any]) -> str:
     token = tokens[idx]
     png = (env.get("charts") or {}).get(token.attrGet("src"))
     if png is not None:
         token.attrSet("src", "data:image/png;base64," + base64.b64encode(png).decode("ascii"))
-    return RendererHTML.image(self, tokens, idx, options, env)
+    return self.image(tokens, idx, options, env)  # the renderer's own image rule, on the new src
 
 
 def _md_inline(text: str) -> str:

@@ -22,7 +22,8 @@ from assistant.i18n import catalog, t
 from assistant.intake import Intake
 from assistant.intake_llm import Transcript
 from probes import backend, baseline, context, quant, stability
-from probes.base import Cancelled, ProbeResult, measured_server_env
+from probes.base import Cancelled, measured_server_env
+from probes.result import ProbeResult
 from probes.errors import ProbeError, ServerUnreachableError
 from probes.units import fmt_size
 from rules.engine import Advisor

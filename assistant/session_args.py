@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 
 from assistant.world import add_world_args
+from probes.baseline import DEFAULT_SETTLE_S
 
 #: seconds to watch memory after a load on a real server (it may still be allocating)
-SETTLE_S = 30.0
+SETTLE_S = DEFAULT_SETTLE_S
 #: the same on the rig or the simulator, which settle at once
 SETTLE_S_STANDIN = 5.0
 
@@ -22,7 +23,7 @@ def add_session_args(p: argparse.ArgumentParser, *, auto: str, out: str, lang: s
     p.add_argument("--lang", choices=("en", "zh"), help=lang)
     p.add_argument("--out", default="oomvet-out", help=out)
     p.add_argument("--settle", type=float, default=None,
-                   help=f"seconds to watch memory after load (default {SETTLE_S:g}; {SETTLE_S_STANDIN:g} on the rig)")
+                   help=f"seconds to watch memory after load (default {SETTLE_S:g}; {SETTLE_S_STANDIN:g} on the rig or the simulator)")
 
 
 def settle_s(args: argparse.Namespace, world) -> float:

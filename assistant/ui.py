@@ -22,7 +22,8 @@ from rich.text import Text
 from assistant import render
 from assistant.answers import parse_answer, parse_yes_no
 from assistant.i18n import catalog, get_lang, set_lang, t
-from probes.base import Cancelled, ProbeResult
+from probes.base import Cancelled
+from probes.result import ProbeResult
 from probes.units import fmt_size
 
 MSG = catalog("ui")

@@ -18,8 +18,6 @@ from typing import Any, Callable, Iterator
 
 from probes.errors import ProbeError, ProbeTimeout
 from probes.ollama_api import Loaded, Ollama, canonical_name
-# re-exported: assistant/render.py, ui.py and session.py still import them from here
-from probes.result import SIZE_KEYS, ProbeResult  # noqa: F401
 from probes.server import ForeignServer, ServerControl
 from probes.units import fmt_size
 

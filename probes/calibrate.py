@@ -1,6 +1,6 @@
 """Predictions corrected by what was measured on this machine.
 
-The memory model (``probes/memmodel.py``) says what a load should allocate;
+The memory model (``probes/memmodel/``) says what a load should allocate;
 a real load says what it did, seen by this machine's memory source (runner
 RSS, NVML), which adds what no formula knows: the runtime's own overhead,
 pages a request touches or not, allocator rounding. Every measured load is a

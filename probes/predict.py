@@ -1,6 +1,6 @@
 """From a model on a server to a memory prediction, before anything loads.
 
-The bridge between the pure memory model (``probes/memmodel.py``) and a real
+The bridge between the pure memory model (``probes/memmodel/``) and a real
 server: read the model's shape from ``/api/show`` (verbose, for the tensor
 list), the engine from ``/api/version``, and bind the engine's formulas to
 them, so the context search, the quant step and ``oomvet plan`` all predict

@@ -6,7 +6,7 @@ something that went away (an old runner), a peak below the weights means the
 source did not see the model's memory. Each check returns the reasons a
 figure cannot be trusted (an empty list: it can); the probes re-measure once
 and mark the step unmeasured if the second try fails too
-(:func:`probes.base.measure_checked`). The checks are not verdicts about the
+(:func:`probes.step.measure_checked`). The checks are not verdicts about the
 model (fits, over the limit): those stay with the rules.
 """
 from __future__ import annotations

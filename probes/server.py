@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Mapping, Protocol
 
@@ -82,11 +81,15 @@ def wait_until_up(host: str, timeout_s: float = 60.0, proc: subprocess.Popen | N
             raise ServerUnreachableError(f"ollama serve exited with code {proc.returncode} before answering")
         resp = httpx.get(f"{host}/api/version", timeout=2)
         resp.raise_for_status()
-        return resp.json()["version"]
+        try:
+            return str(resp.json()["version"])
+        except (ValueError, KeyError, TypeError):  # something else listens there: waiting will not help
+            raise ServerUnreachableError(f"{host}/api/version did not answer as Ollama does: "
+                                         f"{resp.text[:80]!r}") from None
 
     try:
         for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2),
-                                retry=retry_if_exception_type((httpx.HTTPError, ValueError, KeyError))):
+                                retry=retry_if_exception_type(httpx.HTTPError)):
             with attempt:
                 return ask()
     except RetryError as exc:

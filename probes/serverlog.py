@@ -41,7 +41,6 @@ _FIT_LEAVE = re.compile(r"will leave (?P<leave>-?\d+) >= (?P<target>\d+) MiB")
 _FIT_SHORT = re.compile(r"cannot meet free memory target of (?P<target>\d+) MiB, need to reduce device memory by "
                         r"(?P<need>\d+) MiB")
 _OFFLOADED = re.compile(r"offloaded (?P<gpu>\d+)/(?P<total>\d+) layers to GPU")
-_KV = r"=(?P<v>\d+)"
 _BACKOFF = re.compile(r"reducing automatic context and retrying once")
 _CLAMP = re.compile(r"requested context size too large for model")
 _DEFAULT = re.compile(r'msg="vram-based default context" total_vram="?(?P<vram>[^" ]+(?: [KMGT]?i?B)?)"? '

@@ -24,7 +24,6 @@ KNOB_OF_KEY = {
 }
 #: config key -> the Ollama-side knob a backend probe changes
 PROBE_KNOB = {"max_batch_size": "num_batch", "max_concurrency": "num_parallel", "kv_cache": "kv_cache_type"}
-CONFIG_KEY_OF_PROBE_KNOB = {v: k for k, v in PROBE_KNOB.items()}
 #: config key -> the remedy that changes it
 REMEDY_OF_KEY = {"max_context_len": "context", "quant_type": "quant", "model": "quant",
                  "max_batch_size": "backend", "max_concurrency": "backend", "kv_cache": "backend"}

@@ -8,6 +8,7 @@ import re
 import shlex
 
 import pytest
+import yaml
 
 from assistant.atomic import AtomicWriter
 from assistant.cmd_apply import Applier, ApplyError
@@ -374,3 +375,16 @@ def test_check_out_dir_refuses_what_could_not_be_written_and_creates_nothing(tmp
     monkeypatch.setattr("os.access", lambda path, mode: False)  # as for a user without write permission
     with pytest.raises(UsageError, match="permission denied|read-only file system"):
         check_out_dir(tmp_path)
+
+
+def test_apply_prints_a_hand_edited_env_as_the_files_write_it(tmp_path):
+    # YAML true is the server's "1", as in ollama.env; a null value is no setting
+    path = _config_on_disk(tmp_path, with_files=False)
+    doc = yaml.safe_load(path.read_text())
+    doc["ollama"]["env"].update({"OLLAMA_NOHISTORY": True, "OLLAMA_NOPRUNE": None})
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = io.StringIO()
+    assert Applier(runner=FakeRunner(), out=out, environ={"PATH": ""}).apply(path, dry_run=True, lang="en") == 0
+    step = next(line for line in out.getvalue().splitlines() if "OLLAMA_NOHISTORY" in line)
+    assert "OLLAMA_NOHISTORY=1" in step and "True" not in step
+    assert "OLLAMA_NOPRUNE" not in out.getvalue()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from rules import configs as S
-from rules import thresholds as T
+from rules import configs
+from rules import thresholds
 from rules.engine import Advisor
 from rules.kb import RULES
 from tests.test_rules_script import (
@@ -36,7 +36,7 @@ def runs():
 def test_every_change_moves_exactly_one_knob(runs, name):
     _, _, steps, _, _ = runs[name]
     for step in (s for s in steps if s["action"] == "change"):
-        assert S.knobs_changed(step["base"], step["config"]) == {S.KNOB_OF_KEY[step["knob"]]}
+        assert configs.knobs_changed(step["base"], step["config"]) == {configs.KNOB_OF_KEY[step["knob"]]}
         assert step["config"][step["knob"]] == step["to"] != step["from"] == step["base"][step["knob"]]
 
 
@@ -47,10 +47,10 @@ def test_a_verified_config_is_exactly_the_one_the_last_retest_passed(runs, name)
     retests = [f for f in facts if f["kind"] == "stability"]
     if final["verified"]:
         last = retests[-1]
-        assert S.config_key(last["config"]) == S.config_key(final["config"])
+        assert configs.config_key(last["config"]) == configs.config_key(final["config"])
         assert last["ok"] and not last.get("regression")
     else:
-        assert not retests or not final["config"] or S.config_key(retests[-1]["config"]) != S.config_key(
+        assert not retests or not final["config"] or configs.config_key(retests[-1]["config"]) != configs.config_key(
             final["config"]) or not retests[-1]["ok"] or retests[-1].get("regression")
 
 
@@ -63,7 +63,7 @@ def test_a_recommended_config_was_measured_within_the_limit(runs, name):
     limits = [f.get("limit") or f["total"] for f in facts if f["kind"] == "device"]
     budgets = [f["value"] for f in facts if f["kind"] == "answer" and f["question"] == "budget" and f["value"]]
     limit = min(limits + budgets)
-    fit = T.fit_limit(limit)
+    fit = thresholds.fit_limit(limit)
     measured_ctx = {f["options"]["num_ctx"] for f in facts if f["kind"] == "load" and f["ok"]}
     measured_ctx |= {f["num_ctx"] for f in facts if f["kind"] == "tier" and f["ok"] and f["peak"]
                      and f["peak"] <= fit and not f["truncated"]}
@@ -73,7 +73,7 @@ def test_a_recommended_config_was_measured_within_the_limit(runs, name):
     assert config["model"] in usable_tags | {MODEL}
     totals = [f["total"] for f in facts if f["kind"] == "device"]
     if totals and config["gpu_memory_utilization"] is not None:
-        assert config["gpu_memory_utilization"] <= T.utilization(fit, totals[0])
+        assert config["gpu_memory_utilization"] <= thresholds.utilization(fit, totals[0])
 
 
 @pytest.mark.parametrize("name", IDS)
@@ -184,7 +184,7 @@ def test_a_session_that_never_settles_stops_at_the_step_limit():
 
 
 def test_the_default_step_limit_is_far_beyond_any_branch():
-    assert T.MAX_STEPS > 3 * max(len(case.steps) for case in CASES)
+    assert thresholds.MAX_STEPS > 3 * max(len(case.steps) for case in CASES)
 
 
 def test_a_wished_context_is_never_recommended_from_a_wish():

@@ -90,7 +90,7 @@ class Footprint:
 def footprint(engine: str, arch: Arch, weights_bytes: int, num_ctx: int, num_parallel: int = 1,
               kv_type: str = "f16", num_batch: int | None = None) -> Footprint:
     """Predict what a load allocates on ``engine``. ``weights_bytes`` is the
-    tensors' size (:func:`tensor_bytes`) or, lacking it, the file size.
+    tensors' size (:func:`~probes.memmodel.levels.tensor_bytes`) or, lacking it, the file size.
     ``num_batch`` None is the server's automatic batch. The legacy runner's
     figures are Ollama's v0.11.4 estimate as it reports it in /api/ps (2048-cell
     floor, its graph formula); the current engine's are llama-server's buffers."""
