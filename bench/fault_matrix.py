@@ -93,7 +93,9 @@ def _mount(path: Path, opts: str) -> None:
 
 
 def _umount(path: Path) -> None:
-    subprocess.run(["umount", str(path)], check=False)
+    done = subprocess.run(["umount", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"fault_matrix: could not unmount {path}: {done.stderr.strip()}", file=sys.stderr)
 
 
 def _started(journal: Path, probe: str) -> bool:
@@ -145,9 +147,17 @@ def _partial(out: Path) -> list[str]:
 
 
 def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 420) -> dict:
+    mounts: list[Path] = []
+    try:
+        return _run_case(rig, case, work, budget_s, mounts)
+    finally:  # a case cut short (Ctrl-C, a failed assert in a caller) must not leave a tmpfs mounted
+        for m in mounts:
+            _umount(m)
+
+
+def _run_case(rig: Rig, case: Case, work: Path, budget_s: float, mounts: list[Path]) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     state, out = work / "state", work / "out"
-    mounts = []
     if case.state == "full":
         # room for the session's first entries, not for all of them: the disk fills mid-run
         _mount(state, "size=192k")
@@ -226,8 +236,6 @@ def run_case(rig: Rig, case: Case, work: Path, budget_s: float = 420) -> dict:
         # bad input refused in one line before a session began: there is nothing to lose
         journal_ok, journal_note = True, "refused before a session started"
     partial = _partial(out)
-    for m in mounts:
-        _umount(m)
     row = {"case": case.name, "probe": case.probe, "injected": injected, "exit": proc.returncode,
            "line": lines[-1] if lines else (stderr.strip().splitlines() or [""])[-1][:160],
            "traceback": "Traceback" in stderr, "journal": journal_note, "journal_ok": journal_ok,
