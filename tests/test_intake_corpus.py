@@ -55,9 +55,16 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 # Over the four held-out batches (188): when 163 (86.7%), what 176 (93.6%),
 # phase 165 (87.8%), budget 173 (92.0%); every other field >= 96.8%. Most
 # misses read "unknown" where a time was stated in a new way: each new writer
-# brings phrasings no earlier batch had.
+# brings phrasings no earlier batch had. A fifth round: dev5.yaml (80, blind
+# writer) read when 65/80, phase 65/80, budget 74/80 before tuning on it and
+# 80/80 on every field after (seven of its labels brought to dev.yaml's
+# conventions first); heldout5.yaml (50, another blind writer, written at the
+# same time) scored when 39/50, what 44/50, phase 39/50, budget 44/50 before
+# that tuning and when 42/50, what 46/50, phase 41/50, budget 44/50 after it.
+# Over the five held-out batches (238): when 210 (88.2%), what 226 (94.96%),
+# phase 212 (89.1%), budget 217 (91.2%); every other field >= 96.2%.
 # strict: a mark must go when its field reaches the goal.
-_SHORT_OF_GOAL = {"when": "86.7%", "what": "93.6%", "phase": "87.8%", "budget": "92.0%"}
+_SHORT_OF_GOAL = {"when": "88.2%", "what": "94.96%", "phase": "89.1%", "budget": "91.2%"}
 
 
 @pytest.mark.parametrize("field", [

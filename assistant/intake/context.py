@@ -59,13 +59,14 @@ TOKENS_PER_ZH_CHAR = 1.0
 CHARS_PER_EN_TOKEN = 4.0
 TOKENS_PER_EN_WORD = 4 / 3
 _ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万|千)?(?:\s*([\d一二两三四五六七八九])\s*(?:千|百)?)?"
-                       r"\s*(?:多)?\s*(?:个)?\s*字")
+                       r"\s*(?:多)?\s*(?:个)?\s*(字|单?词)(?!节)")
 _EN_LENGTH = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(k)?[- ]?(characters?|chars|words?)\b", ICASE)
 
 
 def estimate_ctx(text: str) -> int | None:
     """Tokens estimated from a length of text ("三万字的报告", "a 50,000 character
-    log", "a 20k-word transcript"); None when no length is given."""
+    log", "a 20k-word transcript", "8000 词的英文报告": words, counted as words
+    are); None when no length is given."""
     seen = []
     for m in _ZH_CHARS.finditer(text):
         n = zh_number(m.group(1))
@@ -74,7 +75,7 @@ def estimate_ctx(text: str) -> int | None:
             if m.group(2) and m.group(3):  # the next place down: "一万五千" 15000, "三千五" 3500
                 n += zh_number(m.group(3)) * {"万": 1000, "千": 100}[m.group(2)]
             if n >= 500:
-                seen.append(n * TOKENS_PER_ZH_CHAR)
+                seen.append(n * (TOKENS_PER_ZH_CHAR if m.group(4) == "字" else TOKENS_PER_EN_WORD))
     for m in _EN_LENGTH.finditer(text):
         n = float(m.group(1).replace(",", "")) * (1000 if m.group(2) else 1)
         tokens = n / CHARS_PER_EN_TOKEN if m.group(3).lower().startswith("char") else n * TOKENS_PER_EN_WORD

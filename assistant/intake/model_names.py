@@ -20,7 +20,7 @@ _COMMON_PARTS = frozenset(_LEXICON["common_parts"])
 _NOT_NAMES_AFTER_MODEL = frozenset(_LEXICON["not_names_after_model"])
 
 _TAG = re.compile(
-    r"(?<![\w./@-])((?:[a-z0-9][\w.-]*/)*[a-z][\w.-]*):([a-z0-9][\w.-]*)(?![\w/:-]|\.\w)", ICASE
+    r"(?<![\w./@-])((?:[a-z0-9][\w.-]*/)*[a-z][\w.-]*):([a-z0-9][\w.-]*)(?![\w/-]|:\S|\.\w)", ICASE
 )
 _BARE = re.compile(
     r"(?<![\w./-])(" + "|".join(_FAMILIES) + r")(?![\w.+]|\.cpp)"

@@ -16,8 +16,10 @@ _PAR_PATTERNS = [
                r"(?:(?!(?:models?|gpus?|cards?)\b)[A-Za-z]+\s*){0,2}"
                r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,3}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口)?)"
                r"\s*(?:[(（][^)）\n]{0,40}[)）])?\s*(?:同时|并发|一起(?!加载|载入|load)|并行)", ICASE),
-    # "同时开 3 个会话", "同时 2 个请求"
-    re.compile(r"同时\s*(?:开|发|跑|用)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
+    # "同时开 3 个会话", "同时 2 个请求", "同时发了 10 个请求"
+    re.compile(r"同时\s*(?:开|发|跑|用)?\s*(?:了)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
+    # "大概 6 路", "开了 8 路": a count of channels said alone (not "8 路并发", read above; "一路" is all along)
+    re.compile(r"(?<![\w.])(\d+|[两俩三四五六七八九十]+)\s*路(?![\u4e00-\u9fff])"),
     # "3 users", "two browser tabs", "4 people", "4 at once", "two dozen agent workers", "two of us":
     # in this room a count of users is concurrency
     re.compile(r"\b" + NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:[a-z]+\s+)?(?:users|people|ppl|folks|"
@@ -30,7 +32,8 @@ _PAR_PATTERNS = [
     # "4 users at once", "3 requests at the same time", "12 threads at once" (threads alone are CPU threads)
     re.compile(r"\b" + NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|ppl|folks|connections?|calls|threads|"
                r"workers|agents|processes)\s+"
-               r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel)", ICASE),
+               r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel|"
+               r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant))", ICASE),
     # "concurrency of 4", "OLLAMA_NUM_PARALLEL=4", "parallel 2", "--parallel 2"
     re.compile(r"(?:concurrency|parallelism|ollama_num_parallel|num_parallel|--parallel|(?<![\w-])parallel)"
                r"\s*(?:level\s*)?(?:of|=|:|to|is|at|set to|设成|设为|设置为|设置成|设到|改成|改为|调到|开到|是|为)?\s*(\d+)\b"

@@ -15,8 +15,9 @@ _SIZE = (r"(\d+(?:\.\d+)?|(?<![a-z])(?:" + EN_ALT + r")(?=[\s-])|[一二两三�
 _UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "megabyte": "m", "megabytes": "m",
                "meg": "m", "megs": "m", "兆": "m"}
 _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|video memory|of vram|of gpu memory|"
-              r"of video memory|of (?:the |my |its )?(?:unified memory|vram|gpu memory|video memory)|gpu memory|unified memory|统一内存|mac|across (?:two|both|\d+|several) (?:cards|gpus))")
-_GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unified memory|统一内存)\s*(?:大小|容量|总共|一共|上限|最大)?\s*"
+              r"of video memory|of (?:the |my |its )?(?:unified memory|vram|gpu memory|video memory)|gpu memory|unified memory|统一内存|mac|"
+              r"(?:total\s+|in total\s+)?across (?:two|both|three|four|\d+|several|all|my) (?:cards|gpus|[\w-]*\d\w*s\b))")
+_GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unified memory|统一内存|卡(?=\s*(?:是|只有|才)))\s*(?:大小|容量|总共|一共|上限|最大)?\s*"
                r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|have|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
 _FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:of\s+)?(?:free|available|left|headroom|spare|"
                r"(?:is\s+|are\s+)?usable|可用|剩余|空闲|能用|可以用)")
@@ -42,6 +43,10 @@ _BUDGET_PATTERNS = [
     # the card's total as a tool reports it: "The card reports 23.6 GiB total" ("the GPU uses 10GB total" is usage)
     re.compile(r"(?:\bcard|\bgpu|\bvram|显卡|显存|nvidia-smi)[^.\n。,;]{0,20}?(?<![\w.])" + _SIZE
                + r"\s*(?:total|in total|总量|总共)", ICASE),
+    # what the user has, said as not enough: "24G 都不够用", "even my 24GB isn't enough"
+    re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:都|也|还)\s*不够", ICASE),
+    re.compile(r"\beven\s+(?:my\s+|the\s+|all\s+)?" + _SIZE + r"\s+(?:of\s+vram\s+)?(?:isn't|is not|wasn't|was not|aren't)\s+enough",
+               ICASE),
 ]
 _SIZE_NEAR_GPU = re.compile(r"^\s*(?:的|,|with|w/|\(|（|has|have|had|got|is|有|是)?\s*" + _SIZE, ICASE)
 _SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", ICASE)
@@ -54,6 +59,8 @@ _USAGE_BEFORE = re.compile(
 # "nvidia-smi shows 7400MiB free": a reading of what is free is the budget, though "shows 7G" alone is usage
 _SHOWN_BEFORE = re.compile(r"(?:shows?|showed|显示|reports?)\s*(?:about|around|大概|约|almost|nearly)?\s*$", ICASE)
 _RAM_NEAR = re.compile(r"(?<!显)(?:\bram\b|内存|system memory|系统内存)", ICASE)
+# "a 4090 with 64GB of system RAM": the size beside the card is the host's
+_RAM_AFTER = re.compile(r"\s*(?:of\s+)?(?:(?:system\s+|host\s+|cpu\s+|ddr\d\s+)?(?:ram\b|(?<!显)内存)|(?:system|host)\s+memory)", ICASE)
 
 
 def _bytes(number: str, unit: str) -> int | None:
@@ -84,12 +91,12 @@ def find_budget(text: str, gpus) -> int | None:
             before = text[max(0, m.start(1) - 14):m.start(1)]  # before the size, not the card word
             if i in (0, 2, 6) and _USAGE_BEFORE.search(before) and not (i in (2, 6) and _SHOWN_BEFORE.search(before)):
                 continue
-            if i in (2, 3) and _RAM_NEAR.search(text[max(0, m.start() - 16):m.end() + 8]):
+            if i in (2, 3, 7, 8) and _RAM_NEAR.search(text[max(0, m.start() - 16):m.end() + 8]):
                 continue
             seen.append(_bytes(m.group(1), m.group(2)))
     for start, end, _name in gpus:
         after = _SIZE_NEAR_GPU.match(text[end:end + 16])
-        if after:
+        if after and not _RAM_AFTER.match(text, end + after.end()):
             seen.append(_bytes(after.group(1), after.group(2)))
         before = _SIZE_BEFORE_GPU.search(text[max(0, start - 14):start])
         if before:
@@ -103,8 +110,8 @@ _SHARE = re.compile(
     r"|(?:只能用|只用|最多用|可以用|may use|can use|only (?:may )?use|use at most|limit(?:ed)? to|budget(?: of| is)?)"
     r"\s*(?:the\s+)?(\d{1,3}(?:\.\d+)?)\s*%"
     # a fraction in words: "lets me use half the card", "只能用一半显存"
-    r"|(?:use|using|get|have)\s+(?:only\s+|at most\s+)?(half|a third|a quarter)\s+(?:of\s+)?(?:the\s+|my\s+|this\s+)?"
-    r"(?:card|gpu|vram|device|gpu memory)\b"
+    r"|(?:use|using|get|have|spare|give|allot|dedicate)\s+(?:it\s+|ollama\s+)?(?:only\s+|at most\s+)?(half|a third|a quarter)\s+"
+    r"(?:of\s+)?(?:the\s+|my\s+|this\s+)?(?:card|gpu|vram|device|gpu memory|\d+(?:\.\d+)?\s*(?:gb|gib|g)\b)"
     r"|(?:只能|最多|只|可以)(?:用|占|分到)\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡)"
     r"|(?:显存|显卡)\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)"
     # the card first, then the share: "最多只能占整张 A100 的 40%"
