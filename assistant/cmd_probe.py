@@ -11,10 +11,13 @@ import sys
 
 from rich.console import Console
 
-from assistant.i18n import catalog, set_lang, t
+from assistant import render
+from assistant.i18n import catalog, get_lang, set_lang, t
 from assistant.session_args import settle_s
 from assistant.world import add_world_args, open_world, require_model
 from probes import backend, baseline, context, quant, stability
+from rules.engine import read_measurements
+from rules.facts import MEASUREMENTS
 from rules.thresholds import fit_limit
 from probes.units import fmt_size
 
@@ -25,7 +28,9 @@ MSG = catalog("cmd_probe")
 
 def add_parser(sub) -> None:
     p = sub.add_parser("probe", help="run one measurement: baseline, context, quant, backend, stability",
-                       description="Run one of the five measurement procedures on its own and print what it found.")
+                       description="Run one of the five measurement procedures on its own and print what it "
+                                   "measured, then how the rules read each measurement (\"readings\" in --json). "
+                                   "Exits 0 when the probe ran to the end, 1 when it broke off.")
     p.add_argument("name", choices=NAMES, metavar="NAME", help="one of: " + ", ".join(NAMES))
     add_world_args(p)
     p.add_argument("--num-ctx", type=int, default=2048, help="context length to load at (default 2048)")
@@ -58,18 +63,35 @@ def run(args) -> int:
             err.print(t("probe.limit", limit=fmt_size(world.limit.bytes), note=world.limit.note))
             err.print(t("probe.running", name=args.name, model=model, where=world.host))
         result = _dispatch(args, world, model)
+        readings = read_result(args.name, result, world.limit.bytes, world.env.on_gpu)
         payload = {"probe": args.name, "model": model, "host": world.host, "limit": world.limit.bytes,
                    "memory_source": world.selection.reader.name, "device": world.device_fact(),
                    "server": world.server_fact,
-                   **result.to_dict()}
+                   **result.to_dict(), "readings": readings}
     if args.json:
         sys.stdout.write(json.dumps(payload, default=str) + "\n")
     else:
         out = Console()
         out.print(result)
+        lang_zh = get_lang() == "zh"
+        for reading in (r for r in readings if r):
+            out.print(t("render.reading", text=reading["note_zh" if lang_zh else "note"]), highlight=False)
         for note in result.notes:
-            out.print(t("probe.note", text=note), highlight=False)
+            out.print(t("probe.note", text=render.note(note)), highlight=False)
     return 0 if result.ok else 1
+
+
+def read_result(name: str, result, limit: int | None, on_gpu: bool) -> list[dict | None]:
+    """The rules' reading of each measurement of a probe run alone (the probe
+    posts no verdict): under the world's limit, or none when it has none."""
+    facts = [f for f in result.facts if f["kind"] in MEASUREMENTS]
+    if not facts:
+        return []
+    return read_measurements(name, facts, limit=limit or NO_LIMIT, gpu=on_gpu)
+
+
+#: the limit of a world that has none: a reading then says only what failed
+NO_LIMIT = 1 << 62
 
 
 def _dispatch(args, world, model):

@@ -14,11 +14,12 @@ import shlex
 import sys
 from typing import Any, Mapping
 
-from assistant.errors import OomvetError
+from assistant.errors import JournalError, OomvetError
 from assistant.i18n import catalog, t
 from assistant.journal_read import SessionReader
 from assistant.journal_schema import first_line, now
 from probes.server import DEFAULT_HOST
+from rules.facts import FactError
 
 MSG = catalog("journal_write")
 
@@ -66,7 +67,11 @@ class SessionLog(SessionReader):
             cut = self.cut_probe()
             if cut:
                 print("oomvet: " + t("journal.rerun", probe=cut), file=sys.stderr)
-            step = self.replay(advisor, session)
+            try:
+                step = self.replay(advisor, session)
+            except FactError as exc:
+                # written by an oomvet whose facts held verdicts: they are not guessed into measurements
+                raise JournalError(t("journal.old_facts", sid=self.id, reason=first_line(exc))) from exc
         return self.advising(advisor), step
 
     def server_change(self, event: str, data: Mapping[str, Any]) -> None:

@@ -18,7 +18,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from assistant.i18n import catalog, t
+from assistant.i18n import catalog, get_lang, t
 from probes.result import SIZE_KEYS
 from probes.units import fmt_size
 
@@ -83,8 +83,10 @@ def note(text: str) -> str:
     return text
 
 
-def probe_result(result, width: int) -> RenderableType:
-    """A probe result as a table (or, below 100 columns, one line per row)."""
+def probe_result(result, width: int, readings=()) -> RenderableType:
+    """A probe result as a table (or, below 100 columns, one line per row),
+    then how the rules read each measurement (``Advisor.readings()`` entries:
+    the verdicts are theirs, the rows hold only what was measured)."""
     title = Text(t("render.title", name=result.name, verdict=t("render.ok" if result.ok else "render.failed"),
                    secs=result.wall_s or 0.0), style="bold")
     parts: list[RenderableType] = [title]
@@ -108,6 +110,9 @@ def probe_result(result, width: int) -> RenderableType:
         for row in result.rows:
             table.add_row(*(cell(k, row.get(k)) for k in columns))
         parts.append(table)
+    for reading in readings:
+        parts.append(Text(t("render.reading", text=reading["note_zh" if get_lang() == "zh" else "note"]),
+                          overflow="fold"))
     if result.error:
         parts.append(Text(t("render.error", text=note(result.error)), style="red"))
     for text in result.notes:

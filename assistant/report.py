@@ -70,6 +70,15 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     def size(value: Any) -> str:
         return fmt_size(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else cell(value)
 
+    rule_readings = {r.get("seq"): r for r in (result.get("readings") or []) if isinstance(r, Mapping)}
+
+    def read_as(fact: Mapping) -> str:
+        """The reading rule's note on ``fact`` in the report's language; "—" when none fired."""
+        reading = rule_readings.get(fact.get("_seq"))
+        if not reading:
+            return "—"
+        return str(reading.get("note_zh") if lang == "zh" and reading.get("note_zh") else reading.get("note"))
+
     gen = doc.get("generated") or {}
     blocks: list = [Heading(_title(result, doc), 1),
                     Para(t("report.produced", lang, by=gen.get("by") or result.get("tool") or "oomvet",
@@ -116,7 +125,7 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
             effect = step.get("effect") or step.get("summary") or (
                 t("chart.peak", lang, size=size(step["peak"])) if step.get("peak") is not None else "")
             rows.append((cell(step.get("n")), cell(step.get("action")), what, effect, cell(step.get("ok"))))
-        blocks.append(Table(tuple(t(f"report.col_{c}", lang) for c in ("n", "action", "what", "effect", "ok")),
+        blocks.append(Table(tuple(t(f"report.col_{c}", lang) for c in ("n", "action", "what", "effect", "ran")),
                             tuple(rows)))
     else:
         blocks.append(Para(t("report.none", lang)))
@@ -139,9 +148,10 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     if stability:
         blocks.append(Heading(t("report.stability", lang), 3))
         blocks.append(Para(t("report.stab_line", lang, eval_count=cell(stability.get("eval_count")),
-                             done_reason=cell(stability.get("done_reason")), ok=cell(stability.get("ok")),
-                             truncated=cell(stability.get("truncated")), repeated=cell(stability.get("repeated")),
-                             errors=cell(stability.get("errors")))))
+                             done_reason=cell(stability.get("done_reason")), answered=cell(stability.get("answered")),
+                             tokens=f"{cell(stability.get('prompt_tokens'))} / {cell(stability.get('task_tokens'))}",
+                             repeated=cell(stability.get("repeat_share")), errors=cell(stability.get("errors")),
+                             reading=read_as(stability))))
         if stability.get("config"):
             blocks.append(Para(cell(stability["config"])))
 
@@ -171,22 +181,24 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
         blocks.append(Table(tuple(t(f"report.col_{c}", lang) for c in columns), rows) if rows
                       else Para(t("report.not_run", lang)))
 
-    fact_table("load", "report.loads", ("model", "options", "placement", "size", "used", "drift", "ok", "error"),
+    # what was measured, then the rules' reading of it: a fact holds no verdict
+    fact_table("load", "report.loads", ("model", "options", "placement", "size", "used", "drift", "answered",
+                                        "reading", "error"),
                lambda f: (cell(f.get("model")), cell(f.get("options")), cell(f.get("placement")),
                           f"{size(f.get('size'))} / {size(f.get('size_vram'))}",
                           f"{size(f.get('used_after'))} / {size(f.get('used_settled'))}",
-                          _per_min(f.get("drift_per_min")), cell(f.get("ok")), cell(f.get("error"))),
+                          _per_min(f.get("drift_per_min")), cell(f.get("answered")), read_as(f), cell(f.get("error"))),
                when_none=False)
-    fact_table("tier", "report.tiers", ("tier", "num_ctx", "prompt_tokens", "peak", "back", "truncated", "ok", "error"),
-               lambda f: (cell(f.get("name")), cell(f.get("num_ctx")), cell(f.get("prompt_tokens")),
-                          size(f.get("peak")), cell(f.get("back_to_baseline")), cell(f.get("truncated")),
-                          cell(f.get("ok")), cell(f.get("error"))))
-    fact_table("quant_trial", "report.quant", ("tag", "level", "weights", "peak", "coherent", "issues", "ok"),
+    fact_table("tier", "report.tiers", ("tier", "num_ctx", "tokens", "peak", "answered", "reading", "error"),
+               lambda f: (cell(f.get("name")), cell(f.get("num_ctx")),
+                          f"{cell(f.get('prompt_tokens'))} / {cell(f.get('sent_tokens'))}", size(f.get("peak")),
+                          cell(f.get("answered")), read_as(f), cell(f.get("error"))))
+    fact_table("quant_trial", "report.quant", ("tag", "level", "weights", "peak", "answered", "reading"),
                lambda f: (cell(f.get("tag")), cell(f.get("level")), size(f.get("weights")), size(f.get("peak")),
-                          cell(f.get("coherent")), cell(f.get("issues")), cell(f.get("ok"))))
-    fact_table("knob_trial", "report.knobs", ("knob", "change", "peak", "applied", "ok", "error"),
+                          cell(f.get("answered")), read_as(f)))
+    fact_table("knob_trial", "report.knobs", ("knob", "change", "peak", "applied", "answered", "reading", "error"),
                lambda f: (cell(f.get("knob")), f"{cell(f.get('old'))} -> {cell(f.get('new'))}", size(f.get("peak")),
-                          cell(f.get("applied", True)), cell(f.get("ok")), cell(f.get("error"))))
+                          cell(f.get("applied", True)), cell(f.get("answered")), read_as(f), cell(f.get("error"))))
 
     blocks.append(Heading(t("report.why", lang)))
     why = list(result.get("why") or [])

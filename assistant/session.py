@@ -27,6 +27,7 @@ from probes.result import ProbeResult
 from probes.errors import ProbeError, ServerUnreachableError
 from probes.units import fmt_size
 from rules.engine import Advisor
+from rules.facts import MEASUREMENTS
 from rules.thresholds import fit_limit
 
 MAX_STEPS = 60  # a guard against a rules bug looping forever
@@ -202,11 +203,17 @@ class Session:
                 self.last_stability = fact
         self._record(step, summary=_summary(result, self.lang), ok=result.ok, peak=_peak(result), wall_s=result.wall_s,
                      notes=[str(n) for n in result.notes])
-        self.ui.show("probe_result", result=result, step=step)
         facts = [*result.facts, {"kind": "probe_done", "probe": name, "ok": result.ok, "error": result.error}]
         if self.broken is not None:
             facts.append({"kind": "stop", "reason": str(self.broken)})
-        return advisor.post_many(facts)
+        next_step = advisor.post_many(facts)
+        # the rules' reading of each measurement, shown under the probe's own figures
+        read = advisor.readings()
+        posted = advisor.facts()[-len(facts):]
+        readings = [read[f["_seq"]] for f in posted
+                    if f["_seq"] in read and f["kind"] in MEASUREMENTS]
+        self.ui.show("probe_result", result=result, step=step, readings=readings)
+        return next_step
 
     def _record(self, step: dict, **extra) -> None:
         entry = {"n": len(self.steps) + 1, "action": step["action"]}
@@ -247,6 +254,8 @@ class Session:
             "steps": self.steps,
             "evidence": self._evidence(facts),
             "facts": facts,
+            # the rules' reading of each fact, by its _seq: the verdicts the facts do not hold
+            "readings": [{"seq": seq, **reading} for seq, reading in sorted(advisor.readings().items())],
             "why": advisor.why(),
             "probes": self.charts,
             "transcript": self.transcript.to_json(),
@@ -273,7 +282,9 @@ class Session:
             readings["peak"] = max(peaks)
         return {"device": {k: device.get(k) for k in ("name", "vendor", "total", "source", "unified")},
                 "limit": self.world.limit.bytes, "limit_note": self.world.limit.note,
-                "readings": readings, "stability": self.last_stability}
+                "readings": readings,
+                # the posted copy (with its _seq), so the report can show the rules' reading of it
+                "stability": next((f for f in reversed(facts) if f["kind"] == "stability"), self.last_stability)}
 
 
 def _server_env(config: dict | None) -> dict[str, str]:

@@ -77,14 +77,15 @@ class AutoUI:
         if self.quiet:
             return
         if event == "probe_result":
-            show_probe(self.console, data["result"], getattr(self, "session", None))
+            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()))
         elif event == "done":
             show_done(self.console, data["result"])
 
 
-def show_probe(console: Console, result: ProbeResult, session=None) -> None:
-    """The probe's result in the session's language, then the server's state in one line."""
-    console.print(render.probe_result(result, console.width))
+def show_probe(console: Console, result: ProbeResult, session=None, readings=()) -> None:
+    """The probe's result in the session's language, the rules' reading of each
+    of its measurements, then the server's state in one line."""
+    console.print(render.probe_result(result, console.width, readings))
     api = getattr(getattr(getattr(session, "world", None), "env", None), "api", None)
     if api is not None:
         try:
@@ -315,7 +316,7 @@ class ChatUI:
 
     def show(self, event: str, **data) -> None:
         if event == "probe_result":
-            show_probe(self.console, data["result"], getattr(self, "session", None))
+            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()))
         elif event == "done":
             show_done(self.console, data["result"])
 

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 
 from probes.base import ProbeEnv, restoring, server_settings
 from probes.evidence import failure_fields, log_window, spill_error
 from probes.result import ProbeResult, timed
-from probes.step import over_limit_text, sampled
+from probes.oomtext import OOM_KINDS
+from probes.step import sampled
 from probes import predict, sanity, search
 from probes.calibrate import Calibration
 from probes.errors import ProbeError
@@ -35,7 +37,6 @@ from probes.units import fmt_size
 
 TIER_NAMES = ("short", "medium", "long", "longer", "longest")
 FILL = 0.85          # share of num_ctx the tier prompt fills
-TRUNCATION_SLACK = 0.02
 NUM_PREDICT = 16
 
 
@@ -108,20 +109,21 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
         env.unload(model)
         slots = num_parallel if applied else 1
         facts: list[dict] = []
+        steers: list[Steer] = []
 
         def measure(num_ctx: int) -> search.Trial:
             env.check(deadline)
             predicted = calibration.predict(num_ctx, slots) if calibration else None
-            fact = _tier(env, result, model, f"num_ctx {num_ctx}", num_ctx, num_ctx, num_batch, cost, fill,
-                         not facts, deadline)
+            fact, steer = _tier(env, result, model, f"num_ctx {num_ctx}", num_ctx, num_ctx, num_batch, cost, fill,
+                                not facts, deadline)
             fact.update(extra, predicted_peak=predicted)
             result.rows[-1]["predicted"] = predicted
             facts.append(fact)
-            if calibration is not None and fact["ok"] and fact["peak"] is not None:
+            steers.append(steer)
+            if calibration is not None and fact["peak"] is not None and (steer.ran or steer.over):
+                # a load that ran and measured over the limit is still a point
                 calibration.add(num_ctx, fact["peak"], slots)
-            elif calibration is not None and not fact["ok"] and fact["peak"] is not None and fact["over_limit"]:
-                calibration.add(num_ctx, fact["peak"], slots)  # a load that ran and measured over: still a point
-            return search.Trial(num_ctx, fact["ok"], fact["peak"], predicted, fact["error"], fact["oom"],
+            return search.Trial(num_ctx, steer.ran, fact["peak"], predicted, fact["error"], steer.ran_out,
                                 fact.get("unmeasured"))
 
         if tiers:
@@ -140,7 +142,7 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
             result.notes.append(_search_note(outcome, fit_limit, want_ctx, trained))
         _name_tiers(facts)
         _check_monotone(result, facts)
-        crashed = next((f for f in facts if not f["ok"] and not f["oom"] and f["error"]), None)
+        crashed = next((f for f, s in zip(facts, steers) if not s.ran and not s.ran_out and f["error"]), None)
         if crashed is not None:
             result.ok, result.error = False, crashed["error"]
         if want_ctx and trained and want_ctx > trained:
@@ -254,19 +256,16 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
     # None: unmeasured (never 0), with the reason beside it
     window_peak = step.peak
     peak = fill_peak if fill_peak is not None and window_peak is not None else window_peak
-    over = step.limit_bytes is not None and peak is not None and peak > step.limit_bytes
-    failure = failure_fields(load if not load.ok else gen, window, "load" if not load.ok else "request")
+    failed = load if not load.ok else (gen if gen is not None and not gen.ok else None)
+    failure = failure_fields(failed, window, "load" if not load.ok else "request")
     error = load.error if not load.ok else (spilled or (gen.error if gen is not None and not gen.ok else None))
-    oom = bool(failure.get("oom")) or bool(spilled) or over
-    if over and not error:
-        error = over_limit_text(peak, step.limit_bytes)
-    ok = load.ok and gen is not None and gen.ok and not over
+    # every call made got a reply (a request not sent because the load already
+    # spilled or passed the limit is not a failure of the server)
+    answered = load.ok and (gen is None or gen.ok)
     evaluated = gen.prompt_eval_count if gen is not None and gen.ok else None
-    truncated = evaluated is not None and evaluated < sent * (1 - TRUNCATION_SLACK)
     measured = step.measured
     fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "model": model, "prompt_tokens": evaluated,
-            "sent_tokens": sent, "peak": peak, "back_to_baseline": None, "ok": ok, "error": error,
-            "truncated": truncated, "placement": placement, "over_limit": over,
+            "sent_tokens": sent, "peak": peak, "answered": answered, "error": error, "placement": placement,
             "ps_size": loaded.size_bytes if loaded else None,  # Ollama's own figure (estimate or measured by version)
             # after load, after the first and after the second request of the same
             # size: the rules judge from these whether memory was released between requests
@@ -275,10 +274,25 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
             "after_second_bytes": after if after_first is not None and measured else None,
             # the peak through the second request too, when there was one
             "second_request_peak": window_peak if fill_peak is not None else None,
-            **failure, "oom": oom, **step.reading()}
+            **failure, **step.reading()}
     result.charts.append(step.chart())
     result.facts.append(fact)
     result.rows.append({"num_ctx": num_ctx, "sent tokens": sent, "evaluated": evaluated,
-                        "after load": fact["loaded_bytes"], "peak": peak,
-                        "truncated": truncated, "ok": ok, "error": (error or "")[:60] or None})
-    return fact
+                        "after load": fact["loaded_bytes"], "peak": peak, "error": (error or "")[:60] or None})
+    # how the search goes on (not posted: the rules read the fact themselves):
+    # the server refused, ran out, spilled, or the peak passed the hard limit
+    over = step.limit_bytes is not None and peak is not None and peak > step.limit_bytes
+    ran_out = over or bool(spilled) or failure.get("failure") in OOM_KINDS
+    return fact, Steer(answered and gen is not None and not over, ran_out, over)
+
+
+@dataclass(frozen=True)
+class Steer:
+    """What the search needs from one tier to go on, kept apart from the
+    posted fact: ``ran`` the request ran to the end under the hard limit,
+    ``ran_out`` memory ran out (refused, spilled, or over the hard limit),
+    ``over`` the peak passed the hard limit."""
+
+    ran: bool
+    ran_out: bool
+    over: bool

@@ -51,7 +51,7 @@ def log_window(env: ProbeEnv) -> LogWindow:
 
 
 def failure_fields(gen, window: LogWindow, phase: str) -> dict:
-    """``failure`` / ``oom`` / ``oom_marker`` for a failed load or request, from
+    """``failure`` / ``oom_marker`` for a failed load or request, from
     its error text and the log lines of that window (probes/oomtext.py)."""
     if gen is None or gen.ok:
         return {}

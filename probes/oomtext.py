@@ -100,7 +100,7 @@ class Failure:
 
     def fields(self) -> dict:
         """The fact fields a probe posts for this failure (see rules/facts.py)."""
-        return {"failure": self.kind, "oom": self.oom, "oom_marker": self.marker if self.oom else None}
+        return {"failure": self.kind, "oom_marker": self.marker if self.oom else None}
 
 
 def oom_marker(text: str | None) -> str | None:

@@ -100,12 +100,11 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                        f"({fmt_size(fit_limit_bytes)})")
                 result.notes.append(Note("quant.predicted_over", tag=tag, peak=fmt_size(guess),
                                          limit=fmt_size(fit_limit_bytes)))
-                result.facts.append({"kind": "quant_trial", "tag": tag, "level": level, "ok": False, "weights": None,
-                                     "coherent": None, "issues": [why], "bits": bits, "peak": None,
+                result.facts.append({"kind": "quant_trial", "tag": tag, "level": level, "answered": False,
+                                     "weights": None, "error": why, "bits": bits, "peak": None,
                                      "num_ctx": num_ctx, "predicted_peak": guess, "skipped": True,
                                      "unmeasured": why})
-                result.rows.append({"tag": tag, "level": level, "bits": bits, "predicted": guess, "ok": False,
-                                    "issues": why})
+                result.rows.append({"tag": tag, "level": level, "bits": bits, "predicted": guess, "error": why})
                 continue
             with sampled(env, f"quant {tag} ({level})") as step:
                 step.mark("load")
@@ -119,16 +118,15 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                     gen = env.api.generate(tag, task, options)
                     steps = coherence.logprob_steps(env.api, tag, task, options) if ref_steps else None
                     signal = coherence.compare_logprobs(ref_steps, steps) if steps else None
-            ok = load.ok and gen is not None and gen.ok and not step.over_limit()
-            verdict = coherence.check(gen.text, task, ref_text, gen.done_reason) if gen is not None and gen.ok else None
+            # every call made got a reply; a request not sent because the load
+            # already spilled or passed the limit is not a failure of the server
+            answered = load.ok and (gen is None or gen.ok)
+            figures = coherence.measure(gen.text, task, ref_text, gen.done_reason) if gen is not None and gen.ok else {}
             error = load.error or spilled or (gen.error if gen is not None else None)
-            if step.over_limit():
-                error = error or step.over_limit_text()
             result.charts.append(step.chart())
             result.facts.append({
-                "kind": "quant_trial", "tag": tag, "level": level, "ok": ok, "weights": weights,
-                "coherent": verdict.coherent if verdict else None,
-                "issues": list(verdict.issues) if verdict else ([error] if error else []),
+                "kind": "quant_trial", "tag": tag, "level": level, "answered": answered, "weights": weights,
+                "error": error, **figures,
                 "bits": bits, "peak": step.peak, "num_ctx": num_ctx, "predicted_peak": guess,
                 "agreement": signal["agreement"] if signal else None, "kl": signal["kl"] if signal else None, **step.reading(),
             })
@@ -136,8 +134,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                                 "predicted": guess,
                                 "agreement": None if not signal else round(signal["agreement"], 3),
                                 "kl": None if not signal or signal["kl"] is None else round(signal["kl"], 4),
-                                "ok": ok, "coherent": verdict.coherent if verdict else None,
-                                "issues": "; ".join(verdict.issues) if verdict and verdict.issues else error})
+                                "repeats": figures.get("repeat_share"), "error": error})
             if load.ok:
                 env.unload(tag)
     return result

@@ -38,6 +38,8 @@ class ProbeResult:
     """What a probe found: facts for the rules, charts for the report, rows for the terminal."""
 
     name: str
+    #: the probe ran to the end and the server answered it; never a verdict
+    #: (whether what it measured fits is the rules' reading of its facts)
     ok: bool
     facts: list[dict] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
@@ -52,7 +54,7 @@ class ProbeResult:
                 "charts": [c.to_dict() for c in self.charts]}
 
     def __rich__(self) -> Table:
-        table = Table(title=f"probe {self.name} — {'ok' if self.ok else 'failed'} ({self.wall_s:.1f}s)",
+        table = Table(title=f"probe {self.name} — {'ran' if self.ok else 'broke off'} ({self.wall_s:.1f}s)",
                       title_justify="left")
         columns = list(dict.fromkeys(k for row in self.rows for k in row))
         if len(self.rows) == 1:  # one step: a key/value list reads better than one wide row

@@ -55,7 +55,7 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
             result.error = f"not verified: restart Ollama with {settings} and run the check again"
             result.notes.append(result.error)
             result.facts.append({"kind": "stability", "config": dict(config), "eval_count": None,
-                                 "done_reason": None, "ok": False, "truncated": False, "repeat_share": None,
+                                 "done_reason": None, "answered": False, "repeat_share": None,
                                  "errors": [result.error], "peak": None,
                                  "measured": False, "unmeasured": result.error})
             return result
@@ -88,18 +88,15 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         gens = got["gens"]
         main = gens[0]
         errors = sorted({g.error for g in gens if g.error})
-        over = step.over_limit()
-        if over:
-            errors.append(step.over_limit_text())
-        truncated = bool(prompt_tokens and main.prompt_eval_count and
-                         main.prompt_eval_count < prompt_tokens * 0.98)
-        ok = all(g.ok for g in gens) and not over
+        answered = all(g.ok for g in gens)
+        # the rules read the run (failed, cut, looping, over the limit, regressed); the fact only says what happened
         fact = {"kind": "stability", "config": dict(config), "eval_count": main.eval_count,
-                "done_reason": main.done_reason, "ok": ok, "truncated": truncated,
+                "done_reason": main.done_reason, "answered": answered,
+                "prompt_tokens": main.prompt_eval_count, "task_tokens": prompt_tokens,
                 "repeat_share": round(coherence.repeat_share(main.text), 4) if main.ok else None,
                 "errors": errors, "peak": step.peak, **step.reading(),
                 **failure_fields(next((g for g in gens if not g.ok), None), got["window"], "request")}
-        result.ok = ok and step.measured
+        result.ok = answered and step.measured
         result.error = "; ".join(errors) or (f"not measured: {step.unmeasured}" if step.unmeasured else None)
         result.facts.append(fact)
         result.charts.append(step.chart())

@@ -16,12 +16,6 @@ from probes import sanity
 from probes.base import ProbeEnv, read_used
 from probes.result import Chart
 from probes.sampler import Sampler
-from probes.units import fmt_size
-
-
-def over_limit_text(peak: int | None, limit: int | None) -> str:
-    """The error of a load or request whose measured peak went over the limit."""
-    return f"out of memory: peak {fmt_size(peak)} is over the limit of {fmt_size(limit)}"
 
 
 @dataclass
@@ -107,11 +101,11 @@ class Step:
         return self.raw_peak
 
     def over_limit(self) -> bool:
+        """The probe's stop test, never posted: the peak so far passed the hard
+        limit, so the request is not worth sending (the load is the OOM).
+        Whether a measurement fits is the rules' reading of its fact."""
         peak = self.peak
         return self.limit_bytes is not None and peak is not None and peak > self.limit_bytes
-
-    def over_limit_text(self) -> str:
-        return over_limit_text(self.peak, self.limit_bytes)
 
     def reading(self) -> dict:
         """The fields every measurement fact carries about its own health."""

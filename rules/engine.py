@@ -22,7 +22,7 @@ from rules import thresholds
 # RulesUnavailable is part of this module's interface: the CLI catches it
 from rules.durable import RULESET, RulesUnavailable  # noqa: F401
 from rules.facts import FactError, validate
-from rules.state import initial_state, to_event
+from rules.state import initial_state, recompute_flags, to_event
 
 #: kinds only the rules produce; a caller posting them is a bug in the caller
 _RULES_ONLY = ("diagnosis", "next")
@@ -156,6 +156,18 @@ class Advisor:
             entries.append(entry)
         return entries
 
+    def readings(self) -> dict[int, dict]:
+        """What each posted fact was read as: ``{seq: {"rule", "note",
+        "note_zh"}}`` for every fact a reading rule consumed (the verdicts are
+        the rules'; a fact carries only its measurements)."""
+        out = {}
+        chains = [json.loads(text)["chain"] for text in self._state.get("why", [])] + [self._state.get("trail", [])]
+        for chain in chains:
+            for link in chain:
+                if link.get("seq") is not None:
+                    out[link["seq"]] = {"rule": link["rule"], "note": link["note"], "note_zh": link["note_zh"]}
+        return out
+
     def facts(self) -> list[dict]:
         """The facts posted so far, in order, each with its ``_seq``."""
         return copy.deepcopy(self._facts)
@@ -171,3 +183,34 @@ class Advisor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_measurements(probe: str, facts: Iterable[Mapping[str, Any]], *, limit: int, gpu: bool = False) -> list[dict | None]:
+    """How the reading rules read one ``probe`` run's ``facts`` on their own,
+    outside a diagnosis: a session that awaits that probe under ``limit``
+    (bytes; the fit limit is it less the safety margin), on a GPU or not.
+    One entry per fact (``{"rule", "note", "note_zh"}``, None when no reading
+    rule consumed it); no deciding rule runs. ``oomvet probe`` and the rig
+    tests judge a probe's facts with this, so nothing outside rules/ judges."""
+    from rules.configs import config_key
+    from rules.steps import PROBE_STAGE
+
+    checked = [validate(f) for f in facts]
+    with Advisor() as adv:
+        state = adv._read_state()
+        state.update(awaiting=probe, stage=PROBE_STAGE.get(probe, "confirm"), has_device=True,
+                     device_limit=int(limit), total=int(limit), gpu=bool(gpu))
+        recompute_flags(state)
+        retests = [f for f in checked if f["kind"] == "stability"]
+        if retests:  # a retest stands alone here: it is the candidate it ran
+            state["candidate_key"] = config_key(retests[0].get("config") or {})
+        adv._lang.update_state(RULESET, state)
+        seqs = []
+        for fact in checked:
+            adv._seq += 1
+            fact["_seq"] = adv._seq
+            seqs.append(adv._seq)
+            adv._send(to_event(fact, adv.sid))
+        readings = adv.readings()
+    return [readings.get(seq) for seq in seqs]
+

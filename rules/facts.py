@@ -5,6 +5,14 @@ rules read them, and everything posted to the knowledge base passes through
 :func:`validate` first, so a probe that forgets a field fails loudly at the
 boundary instead of silently matching no rule. Sizes are bytes (int), times
 seconds (float). Extend a kind by adding an optional field here; never fork it.
+
+Facts are measurements, never verdicts: a probe posts what it read (a peak,
+token counts, the kind of a failure, the figures of an answer) and whether the
+server answered; whether that fits, was truncated, ran out of memory or is
+coherent is a reading rule's decision (rules/readings.py), recorded per fact
+(:meth:`rules.engine.Advisor.readings`). ``answered`` is the server's own
+reply: every call the measurement made got one (a request the probe did not
+send, because the load already told enough, is not a failure).
 """
 from __future__ import annotations
 
@@ -17,6 +25,8 @@ ACTIONS = ("ask", "probe", "change", "done")
 PROBES = ("baseline", "context", "quant", "backend", "stability")
 TIERS = ("short", "medium", "long", "longer", "longest")
 REMEDIES = ("context", "quant", "backend")
+#: the kinds a probe measures: each is read by a reading rule, which gives its verdict
+MEASUREMENTS = ("load", "tier", "quant_trial", "knob_trial", "stability")
 # where Ollama put the model (/api/ps size_vram vs size); "partial"/"cpu" on a
 # GPU is a memory shortage even without an error
 PLACEMENTS = ("gpu", "partial", "cpu", None)
@@ -90,8 +100,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         **_HEALTH,
         "model": _f(str),
         "options": _f(dict),
-        "ok": _f(bool),
+        "answered": _f(bool),
         "error": _f(str, _NONE),
+        "peak": _f(int, _NONE, required=False),  # the highest usage above idle through the load
         "size": _f(int, _NONE),
         "size_vram": _f(int, _NONE),
         "used_after": _f(int, _NONE),
@@ -99,8 +110,6 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "drift_per_min": _f(*_NUM, _NONE),
         "used_idle": _f(int, _NONE, required=False),
         "placement": _f(str, _NONE, required=False, choices=("gpu", "partial", "cpu", None)),
-        "over_limit": _f(bool, required=False),
-        "oom": _f(bool, required=False),
         # quantization level of the loaded tag (/api/ps details.quantization_level,
         # e.g. "Q8_0"); the config's quant_type comes from here, never a guess
         "level": _f(str, _NONE, required=False),
@@ -111,15 +120,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
         **_HEALTH,
         "name": _f(str),
         "num_ctx": _f(int),
-        "prompt_tokens": _f(int, _NONE),
+        "prompt_tokens": _f(int, _NONE),                    # what the server evaluated
         "peak": _f(int, _NONE),
-        "back_to_baseline": _f(bool, _NONE),
-        "ok": _f(bool),
+        "answered": _f(bool),
         "error": _f(str, _NONE),
-        "truncated": _f(bool),
         "model": _f(str, required=False),
-        "oom": _f(bool, required=False),
-        "sent_tokens": _f(int, _NONE, required=False),
+        "sent_tokens": _f(int, _NONE, required=False),      # what the fill sent
         "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
         # model usage after load, after the first and after the second request
         # of the same size (the rules judge "released" from these)
@@ -136,10 +142,22 @@ SCHEMA: dict[str, dict[str, Field]] = {
         **_HEALTH,
         "tag": _f(str),
         "level": _f(str),
-        "ok": _f(bool),
+        "answered": _f(bool),
         "weights": _f(int, _NONE),
-        "coherent": _f(bool, _NONE),
-        "issues": _f(list),
+        "error": _f(str, _NONE, required=False),
+        # the figures of the answer to the fixed task (probes/coherence.py
+        # measure; rules/coherence.py judges them)
+        "answer_chars": _f(int, required=False),
+        "repeat_share": _f(*_NUM, required=False),
+        "garbled_share": _f(*_NUM, required=False),
+        "done_reason": _f(str, _NONE, required=False),
+        "last_char": _f(str, required=False),
+        "numbers_checked": _f(int, required=False),
+        "numbers_lost": _f(int, required=False),
+        "numbers_in_task": _f(int, required=False),
+        "numbers_invented": _f(int, required=False),
+        "code_spans": _f(int, required=False),
+        "code_spans_kept": _f(int, required=False),
         "bits": _f(*_NUM, _NONE, required=False),
         "peak": _f(int, _NONE, required=False),
         "num_ctx": _f(int, _NONE, required=False),
@@ -153,7 +171,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "old": _f(int, str, _NONE),
         "new": _f(int, str, _NONE),
         "peak": _f(int, _NONE),
-        "ok": _f(bool),
+        "answered": _f(bool),
         "error": _f(str, _NONE, required=False),
         "applied": _f(bool, required=False),  # False: a server knob we could not change
         "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
@@ -165,12 +183,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "config": _f(dict),
         "eval_count": _f(int, _NONE),
         "done_reason": _f(str, _NONE),
-        "ok": _f(bool),
-        "truncated": _f(bool),
+        "answered": _f(bool),
+        "prompt_tokens": _f(int, _NONE, required=False),      # what the server evaluated of the task
+        "task_tokens": _f(int, _NONE, required=False),        # the task's own count, measured with room
         "repeat_share": _f(*_NUM, _NONE, required=False),  # share of the output's word 4-grams that repeat
         "errors": _f(list),
         "peak": _f(int, _NONE, required=False),
-        "regression": _f(bool, required=False),
         "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
         "oom_marker": _f(str, _NONE, required=False),
     },

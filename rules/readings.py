@@ -10,9 +10,10 @@ rules/current_engine.py.
 """
 from __future__ import annotations
 
-from functools import partial
+from functools import partial, reduce
+from operator import and_
 
-from rules import record, thresholds
+from rules import coherence, record, thresholds
 from rules.rulebook import TREE, Reading, fact, in_state, opening_rule, register_readings, state
 
 #: failure kinds (rules/facts.py FAILURES) that mean memory ran out; the probes
@@ -27,6 +28,10 @@ AT_QUANT = state.awaiting == "quant"
 AT_BACKEND = state.awaiting == "backend"
 AT_STABILITY = state.awaiting == "stability"
 ON_GPU = state.gpu == True  # noqa: E712 - a rule condition, not Python truth
+#: the session knows the hard limit (a device or a budget was posted)
+HAS_LIMIT = state.has_limit == True  # noqa: E712
+#: the server answered every call the measurement made
+ANSWERED = fact.answered == True  # noqa: E712
 
 LOAD = fact.kind == "load"
 TIER = fact.kind == "tier"
@@ -87,73 +92,93 @@ USER_AND_DEVICE = (
 
 #: the baseline load (method step 2)
 BASELINE = (
-    Reading("load_failed", 20, LOAD & (fact.ok == False), AT_BASELINE, load("no_fit")),  # noqa: E712
-    Reading("load_over_limit", 21, LOAD & (fact.over_limit == True), AT_BASELINE, load("no_fit")),  # noqa: E712
+    Reading("load_failed", 20, LOAD & (fact.answered == False), AT_BASELINE, load("no_fit")),  # noqa: E712
+    Reading("load_over_limit", 21, LOAD & (fact.peak > in_state("limit")), AT_BASELINE & HAS_LIMIT, load("no_fit")),
     Reading("load_spilled_to_cpu", 22, LOAD & SPILLED, AT_BASELINE & ON_GPU, load("no_fit")),
     Reading("load_settled_above_limit", 23, LOAD & (fact.used_settled > in_state("fit_limit")), AT_BASELINE,
             load("no_fit")),
     Reading("load_above_limit", 24, LOAD & (fact.used_after > in_state("fit_limit")), AT_BASELINE,
             load("no_fit")),
     Reading("load_keeps_creeping", 25,
-            LOAD & (fact.ok == True) & (fact.drift_per_min > thresholds.SETTLE_DRIFT_BYTES_PER_MIN),  # noqa: E712
+            LOAD & ANSWERED & (fact.drift_per_min > thresholds.SETTLE_DRIFT_BYTES_PER_MIN),
             AT_BASELINE, load("creeping")),
-    Reading("load_fits", 26, LOAD & (fact.ok == True) & (fact.used_after <= in_state("fit_limit")),  # noqa: E712
+    Reading("load_fits", 26, LOAD & ANSWERED & (fact.used_after <= in_state("fit_limit")),
             AT_BASELINE, load("fits")),
     Reading("load_unmeasured", 27, LOAD, AT_BASELINE),
 )
 
+#: the evaluated prompt is shorter than what was sent: the server cut it at num_ctx
+TIER_CUT = fact.prompt_tokens < fact.sent_tokens * (1 - thresholds.TRUNCATION_SLACK)
+
 #: context tiers (method step 3)
 CONTEXT = (
-    Reading("tier_out_of_memory", 30, TIER & (fact.ok == False) & (fact.oom == True), AT_CONTEXT,  # noqa: E712
-            tier("oom")),
-    Reading("tier_error_says_out_of_memory", 31, TIER & (fact.ok == False) & OOM_FAILURE, AT_CONTEXT,  # noqa: E712
-            tier("oom")),
-    Reading("tier_spilled_to_cpu", 32, TIER & SPILLED, AT_CONTEXT & ON_GPU, tier("over")),
-    Reading("tier_truncated", 33, TIER & (fact.truncated == True), AT_CONTEXT, tier("truncated")),  # noqa: E712
-    Reading("tier_failed_without_oom", 34, TIER & (fact.ok == False), AT_CONTEXT, tier("crash")),  # noqa: E712
-    Reading("tier_above_limit", 35, TIER & (fact.ok == True) & (fact.peak > in_state("fit_limit")),  # noqa: E712
-            AT_CONTEXT, tier("over")),
-    Reading("tier_fits", 36, TIER & (fact.ok == True) & (fact.peak <= in_state("fit_limit")),  # noqa: E712
-            AT_CONTEXT, tier("fits")),
+    Reading("tier_error_says_out_of_memory", 30, TIER & (fact.answered == False) & OOM_FAILURE,  # noqa: E712
+            AT_CONTEXT, tier("oom")),
+    Reading("tier_spilled_to_cpu", 31, TIER & SPILLED, AT_CONTEXT & ON_GPU, tier("over")),
+    Reading("tier_out_of_memory", 32, TIER & (fact.peak > in_state("limit")), AT_CONTEXT & HAS_LIMIT, tier("oom")),
+    Reading("tier_truncated", 33, TIER & ANSWERED & TIER_CUT, AT_CONTEXT, tier("truncated")),
+    Reading("tier_failed_without_oom", 34, TIER & (fact.answered == False), AT_CONTEXT, tier("crash")),  # noqa: E712
+    Reading("tier_above_limit", 35, TIER & ANSWERED & (fact.peak > in_state("fit_limit")), AT_CONTEXT, tier("over")),
+    Reading("tier_fits", 36, TIER & ANSWERED & (fact.peak <= in_state("fit_limit")), AT_CONTEXT,
+            tier("fits")),
     Reading("tier_unmeasured", 37, TIER, AT_CONTEXT, tier("unmeasured")),
 )
 
-#: lower-bit quantizations (method step 4)
+
+def _clause(field: str, op: str, bound):
+    """One clause of a coherence check (rules/coherence.py) as a condition on the fact."""
+    value = getattr(fact, field)
+    if op == "not_in":
+        return reduce(and_, (value != b for b in bound))
+    if coherence.is_field_bound(bound):
+        bound = getattr(fact, bound[0]) * bound[1]
+    return {">": value.__gt__, "<": value.__lt__, "==": value.__eq__, ">=": value.__ge__, "<=": value.__le__}[op](bound)
+
+
+def _incoherent(check: coherence.Check, priority: int) -> Reading:
+    condition = reduce(and_, (_clause(*c) for c in check.clauses), TRIAL & ANSWERED)
+    return Reading(check.rule, priority, condition, AT_QUANT, quant("incoherent"))
+
+
+#: lower-bit quantizations (method step 4): a failed or spilled load, then each
+#: sign of a broken answer (rules/coherence.py), then the peak
 QUANT = (
-    Reading("quant_load_failed", 40, TRIAL & (fact.ok == False), AT_QUANT, quant("failed")),  # noqa: E712
+    Reading("quant_load_failed", 40, TRIAL & (fact.answered == False), AT_QUANT, quant("failed")),  # noqa: E712
     Reading("quant_spilled_to_cpu", 41, TRIAL & SPILLED, AT_QUANT & ON_GPU, quant("spilled")),
-    Reading("quant_incoherent", 42, TRIAL & (fact.coherent == False), AT_QUANT, quant("incoherent")),  # noqa: E712
-    Reading("quant_above_limit", 43, TRIAL & (fact.peak > in_state("fit_limit")), AT_QUANT, quant("over")),
-    Reading("quant_usable", 44,
-            TRIAL & (fact.ok == True) & (fact.coherent == True) & (fact.peak <= in_state("fit_limit")),  # noqa: E712
-            AT_QUANT, quant("usable")),
-    Reading("quant_unmeasured", 45, TRIAL, AT_QUANT, quant("unmeasured")),
+    *(_incoherent(check, 42 + i) for i, check in enumerate(coherence.CHECKS)),
+    Reading("quant_above_limit", 42 + len(coherence.CHECKS), TRIAL & (fact.peak > in_state("fit_limit")), AT_QUANT,
+            quant("over")),
+    Reading("quant_usable", 43 + len(coherence.CHECKS),
+            TRIAL & ANSWERED & +fact.answer_chars & (fact.peak <= in_state("fit_limit")), AT_QUANT, quant("usable")),
+    Reading("quant_unmeasured", 44 + len(coherence.CHECKS), TRIAL, AT_QUANT, quant("unmeasured")),
 )
 
 #: backend knob trials (method step 5)
 BACKEND = (
-    Reading("knob_not_applied", 50, KNOB & (fact.applied == False), AT_BACKEND, knob("not_applied")),  # noqa: E712
-    Reading("knob_failed", 51, KNOB & (fact.ok == False), AT_BACKEND, knob("over")),  # noqa: E712
-    Reading("knob_spilled_to_cpu", 52, KNOB & SPILLED, AT_BACKEND & ON_GPU, knob("over")),
-    Reading("knob_above_limit", 53, KNOB & (fact.peak > in_state("fit_limit")), AT_BACKEND, knob("over")),
-    Reading("knob_fits", 54, KNOB & (fact.ok == True) & (fact.peak <= in_state("fit_limit")),  # noqa: E712
-            AT_BACKEND, knob("fits")),
-    Reading("knob_unmeasured", 55, KNOB, AT_BACKEND, knob("unmeasured")),
+    Reading("knob_not_applied", 60, KNOB & (fact.applied == False), AT_BACKEND, knob("not_applied")),  # noqa: E712
+    Reading("knob_failed", 61, KNOB & (fact.answered == False), AT_BACKEND, knob("over")),  # noqa: E712
+    Reading("knob_spilled_to_cpu", 62, KNOB & SPILLED, AT_BACKEND & ON_GPU, knob("over")),
+    Reading("knob_above_limit", 63, KNOB & (fact.peak > in_state("fit_limit")), AT_BACKEND, knob("over")),
+    Reading("knob_fits", 64, KNOB & ANSWERED & (fact.peak <= in_state("fit_limit")), AT_BACKEND, knob("fits")),
+    Reading("knob_unmeasured", 65, KNOB, AT_BACKEND, knob("unmeasured")),
 )
+
+#: the evaluated task is shorter than its own count: the server cut it at num_ctx
+TASK_CUT = fact.prompt_tokens < fact.task_tokens * (1 - thresholds.TRUNCATION_SLACK)
 
 #: stability retests (method step 6)
 STABILITY = (
-    Reading("retest_on_another_config", 60, STAB & (fact._config_key != in_state("candidate_key")), AT_STABILITY,
+    Reading("retest_on_another_config", 70, STAB & (fact._config_key != in_state("candidate_key")), AT_STABILITY,
             retest("mismatch")),
-    Reading("retest_failed", 61, STAB & (fact.ok == False), AT_STABILITY, retest("fail")),  # noqa: E712
-    Reading("retest_unmeasured", 62, STAB & (fact.measured == False) & -fact.peak, AT_STABILITY,  # noqa: E712
+    Reading("retest_failed", 71, STAB & (fact.answered == False), AT_STABILITY, retest("fail")),  # noqa: E712
+    Reading("retest_unmeasured", 72, STAB & (fact.measured == False) & -fact.peak, AT_STABILITY,  # noqa: E712
             retest("unmeasured")),
-    Reading("retest_truncated", 63, STAB & (fact.truncated == True), AT_STABILITY, retest("fail")),  # noqa: E712
-    Reading("retest_repeated", 64, STAB & (fact.repeat_share > thresholds.COHERENCE.max_repeated_4gram_ratio),
+    Reading("retest_truncated", 73, STAB & TASK_CUT, AT_STABILITY, retest("fail")),
+    Reading("retest_repeated", 74, STAB & (fact.repeat_share > thresholds.RETEST_MAX_REPEAT_SHARE),
             AT_STABILITY, retest("fail")),
-    Reading("retest_above_limit", 65, STAB & (fact.peak > in_state("fit_limit")), AT_STABILITY, retest("fail")),
-    Reading("retest_passed", 66, STAB & (fact.ok == True) & +fact.peak, AT_STABILITY, retest("pass")),  # noqa: E712
-    Reading("retest_without_peak", 67, STAB, AT_STABILITY, retest("unmeasured")),
+    Reading("retest_above_limit", 75, STAB & (fact.peak > in_state("fit_limit")), AT_STABILITY, retest("fail")),
+    Reading("retest_passed", 76, STAB & ANSWERED & +fact.peak, AT_STABILITY, retest("pass")),
+    Reading("retest_without_peak", 77, STAB, AT_STABILITY, retest("unmeasured")),
 )
 
 #: everything the tree has no use for right now: kept in facts(), not used

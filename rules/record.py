@@ -205,7 +205,7 @@ def released(f: dict) -> bool | None:
     first, second = f.get("after_first_bytes"), f.get("after_second_bytes")
     if first is not None and second is not None:
         return thresholds.back_to_baseline(first, second, max(first, f.get("peak") or first))
-    return f.get("back_to_baseline")
+    return None
 
 
 def read_quant(st: dict, f: dict, verdict: str) -> None:
@@ -234,7 +234,8 @@ def read_retest(st: dict, f: dict, verdict: str) -> None:
         verdict = "fail"
     st["retest_why"] = why
     st["retest_measured"] = f.get("measured") is not False and f.get("peak") is not None
-    st["last_retest"] = {k: f.get(k) for k in ("ok", "eval_count", "truncated", "repeat_share", "errors")}
+    st["last_retest"] = {k: f.get(k) for k in ("answered", "eval_count", "prompt_tokens", "task_tokens",
+                                                "repeat_share", "errors")}
     if st["retest"] in ("none", "pass"):
         st["retest"] = verdict
 
@@ -244,12 +245,12 @@ def retest_regressions(current: dict, previous: dict) -> list[str]:
     if not previous:
         return []
     why = []
-    if previous.get("ok") and not current.get("ok"):
+    if previous.get("answered") and not current.get("answered"):
         why.append("the run failed where the previous one passed")
     prev_n, cur_n = previous.get("eval_count") or 0, current.get("eval_count") or 0
     if prev_n and cur_n < prev_n * thresholds.REGRESSION_SHORTER_FRACTION:
         why.append(f"shorter output: {cur_n} tokens, previous run {prev_n}")
-    if current.get("truncated") and not previous.get("truncated"):
+    if _task_cut(current) and not _task_cut(previous):
         why.append("the prompt was truncated at num_ctx")
     if (current.get("repeat_share") or 0) > (previous.get("repeat_share") or 0) + thresholds.REGRESSION_REPEAT_RISE:
         why.append(f"the output repeats itself more: {current['repeat_share']:.0%} of its 4-grams, "
@@ -258,6 +259,12 @@ def retest_regressions(current: dict, previous: dict) -> list[str]:
     if new_errors:
         why.append("new errors: " + "; ".join(sorted(new_errors))[:200])
     return why
+
+
+def _task_cut(f: dict) -> bool:
+    """The retest's task was cut at num_ctx (the same test as the retest_truncated rule)."""
+    evaluated, task = f.get("prompt_tokens"), f.get("task_tokens")
+    return bool(evaluated and task and evaluated < task * (1 - thresholds.TRUNCATION_SLACK))
 
 
 def note_unmeasured(st: dict, f: dict) -> None:

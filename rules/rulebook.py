@@ -92,6 +92,10 @@ class Reading:
 _SIZES = ("peak", "total", "limit", "used_after", "used_settled", "size", "size_vram", "drift_per_min")
 
 
+#: where the model went, as the Chinese notes say it
+_PLACEMENT_ZH = {"gpu": "全部在 GPU", "partial": "部分在 CPU", "cpu": "全部在 CPU"}
+
+
 class _Loose(dict):
     """Format fields for reading notes: a fact may lack an optional field."""
 
@@ -128,6 +132,7 @@ def _register_reading(row: Reading) -> None:
         fields = _Loose(posted)
         fields.update({k + "_h": format_size(posted.get(k)) for k in _SIZES})
         fields["fit_limit_h"] = format_size(st["fit_limit"])
+        fields["placement_zh"] = _PLACEMENT_ZH.get(posted.get("placement"), "?")
         st["trail"].append({"rule": name, "seq": posted.get("_seq"),
                             "note": en.format_map(fields), "note_zh": zh.format_map(fields)})
         recompute_flags(st)

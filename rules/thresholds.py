@@ -1,12 +1,11 @@
 """Every number the decision tree compares against, in one documented place.
 
 The rules read these when they classify a measurement (does this load creep,
-does this tier fit under the limit with a safety margin); the probes are handed
-the same values by the assistant when they compute a flag themselves
-(``back_to_baseline``, ``coherent``), so a reading and the rule that judges it
-never disagree about a threshold. Sizes are bytes, rates bytes per minute,
-ratios plain fractions. Change a value here and the tests say which branches
-move.
+does this tier fit under the limit with a safety margin, was the prompt cut,
+is a lower-bit answer still sound); the probes post raw figures and judge
+nothing, so a reading and the rule that judges it can never disagree about a
+threshold. Sizes are bytes, rates bytes per minute, ratios plain fractions.
+Change a value here and the tests say which branches move.
 """
 from __future__ import annotations
 
@@ -23,6 +22,11 @@ MiB = 1024 * 1024
 SETTLE_DRIFT_BYTES_PER_MIN = 16 * MiB
 
 # --- reading a context tier -------------------------------------------------
+
+#: A prompt counts as truncated when the server evaluated fewer than
+#: ``1 - TRUNCATION_SLACK`` of the tokens sent (a tier's fill, the stability
+#: task): the slack absorbs the template tokens a count can differ by.
+TRUNCATION_SLACK = 0.02
 
 #: After a tier's request, usage counts as "back to baseline" when it is within
 #: this many bytes of the reading taken before the request ...
@@ -51,6 +55,10 @@ REGRESSION_SHORTER_FRACTION = 0.8
 #: The share of repeated 4-grams may rise this much before the output counts
 #: as looping more than before (greedy decoding of the same task wobbles).
 REGRESSION_REPEAT_RISE = 0.15
+#: A retest whose output repeats more than this share of its word 4-grams
+#: fails outright (stricter than a quant trial's limit: the verified config's
+#: own answer to the longer stability task).
+RETEST_MAX_REPEAT_SHARE = 0.30
 
 # --- the conservative starting point (method step 2) ------------------------
 
@@ -74,19 +82,22 @@ KV_CACHE_LADDER = ("q8_0", "q4_0")
 
 @dataclass(frozen=True)
 class CoherenceLimits:
-    """Limits the quant probe applies to the fixed task's output before it
-    reports ``coherent``; the rules then only read the flag."""
+    """The limits rules/coherence.py's checks hold a lower-bit tag's answer to
+    the fixed task against (one reading rule per check)."""
 
-    #: share of repeated word 4-grams above which the text is "repetitive"
-    max_repeated_4gram_ratio: float = 0.30
-    #: share of sentences that end without terminal punctuation or break off
-    max_broken_sentence_ratio: float = 0.20
-    #: numbers in the input that must appear unchanged in the output
-    numbers_must_match: bool = True
-    #: fenced code in the input must come back byte-identical
-    code_must_match: bool = True
-    #: output shorter than this share of the reference tag's output is cut short
-    min_length_ratio: float = 0.50
+    #: share of repeated word 4-grams above which the answer "loops"
+    max_repeat_share: float = 0.35
+    #: share of characters that are neither letters, digits, CJK, punctuation
+    #: nor space above which the text is garbled
+    max_garbled_share: float = 0.08
+    #: share of the numbers the higher-bit tag kept that the answer may lose;
+    #: more is a rewrite
+    max_lost_numbers_share: float = 0.5
+    #: numbers in the answer that are in neither the task nor the reference
+    #: count as invented only above this many ...
+    min_invented_numbers: int = 2
+    #: ... and above this share of the task's own numbers
+    max_invented_numbers_share: float = 0.5
 
 
 COHERENCE = CoherenceLimits()

@@ -34,7 +34,7 @@ def _stability() -> ProbeResult:
 
 def _context() -> ProbeResult:
     rows = [{"tier": name, "num_ctx": ctx, "sent tokens": ctx - 100, "after load": 300 << 20, "peak": peak,
-             "truncated": False, "ok": True, "error": None}
+             "error": None}
             for name, ctx, peak in (("short", 2048, 310 << 20), ("medium", 8192, 420 << 20), ("long", 32768, 900 << 20))]
     return ProbeResult("context", True, rows=rows, notes=["stopped at tier long (num_ctx 32768): out of memory"],
                        wall_s=61.0)
@@ -54,12 +54,22 @@ def test_a_one_row_result_has_no_empty_header_row(lang):
 def test_labels_and_notes_speak_the_session_language(lang):
     screen = _screen(render.probe_result(_context(), 120), 120)
     if lang == "zh":
-        assert "探测 context — 通过" in screen and "峰值" in screen and "档位" in screen
+        assert "探测 context — 已完成" in screen and "峰值" in screen and "档位" in screen
         assert "在档位 long（num_ctx 32768）停止：显存不足" in screen
         assert "sent tokens" not in screen and "out of memory" not in screen
     else:
-        assert "probe context — ok" in screen and "sent tokens" in screen
+        assert "probe context — ran" in screen and "sent tokens" in screen
         assert "stopped at tier long (num_ctx 32768): out of memory" in screen
+
+
+def test_the_rules_reading_of_each_measurement_follows_the_table_in_the_language(lang):
+    readings = [{"rule": "tier_fits", "note": "tier short (2048 tokens): peak 310 MiB fits",
+                 "note_zh": "档位 short（2048 token）：峰值 310 MiB，在上限内"}]
+    screen = _screen(render.probe_result(_context(), 120, readings), 120)
+    if lang == "zh":
+        assert "判读：档位 short（2048 token）：峰值 310 MiB，在上限内" in screen and "fits" not in screen
+    else:
+        assert "read as: tier short (2048 tokens): peak 310 MiB fits" in screen
 
 
 def test_below_100_columns_each_row_is_one_line_not_a_folded_table(lang):

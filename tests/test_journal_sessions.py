@@ -155,3 +155,22 @@ def test_an_output_folder_that_breaks_during_the_session_keeps_it_for_report(tmp
     assert main(["report", row["id"], "--out", str(tmp_path / "elsewhere")]) == 0
     assert (tmp_path / "elsewhere" / "oomvet.yaml").is_file()
     assert blocker.read_text() == "a file where the folder should be"
+
+
+def test_a_session_an_older_oomvet_wrote_with_verdicts_in_its_facts_is_refused_in_one_line(finished, capsys):
+    # before issue 16 a load said "ok" / "over_limit" / "oom" itself; such facts are not guessed into measurements
+    payload, row, tmp = finished
+    journal = Path(os.environ["OOMVET_STATE_DIR"]) / DB_NAME
+    rows = _entries(journal, row["id"])
+    # the baseline's load, in a batch that arrived whole (a resume trusts it)
+    seq, _, body = next(r for r in rows if r[1] == "fact" and r[2]["fact"]["kind"] == "load")
+    old = dict(body["fact"], ok=body["fact"].pop("answered"), over_limit=False, oom=False)
+    db = sqlite3.connect(journal)
+    db.execute("UPDATE entries SET body = ? WHERE session = ? AND seq = ?",
+               (json.dumps(dict(body, fact=old)), row["id"], seq))
+    db.commit()
+    db.close()
+    _cut(journal, row["id"], _cut_points(rows)["halfway through its facts"])
+    assert main(["resume", row["id"]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("oomvet: ") and "cannot be resumed" in err[-1] and "older oomvet" in err[-1]

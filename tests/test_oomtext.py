@@ -98,8 +98,8 @@ def test_no_error_is_no_failure():
 
 def test_fact_fields_carry_kind_and_marker():
     assert classify("llama runner process has terminated: cudaMalloc failed: out of memory").fields() == {
-        "failure": "startup_oom", "oom": True, "oom_marker": "out of memory"}
-    assert classify(GENERIC).fields() == {"failure": "crash", "oom": False, "oom_marker": None}
+        "failure": "startup_oom", "oom_marker": "out of memory"}
+    assert classify(GENERIC).fields() == {"failure": "crash", "oom_marker": None}
 
 
 def test_generation_oom_and_failure_use_the_classifier():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from probes import coherence
+from rules.coherence import failed_checks
 from probes.baseline import drift_per_min
 from probes.context import plan_tiers
 from probes.ollama_api import is_oom_text
@@ -40,36 +41,41 @@ def test_shipped_texts_have_the_structures_the_method_names():
     assert "`systemctl stop worker@3`" in coherence_task()
 
 
+def check(*args) -> list[str]:
+    """The coherence rules an answer fails: the probe's figures, judged by rules/coherence.py."""
+    return failed_checks(coherence.measure(*args))
+
+
 GOOD = ("1. Stop the worker with `systemctl stop worker@3`.\n2. Wait 15 seconds and check port 8080 is free.\n"
         "3. Clear the cache folder (about 250 MB) and start the worker.\n"
         "4. If it takes longer than 90 seconds, call extension 4417.")
 
 
 def test_a_faithful_answer_is_coherent():
-    verdict = coherence.check(GOOD, coherence_task(), done_reason="stop")
-    assert verdict.coherent, verdict.issues
+    failed = check(GOOD, coherence_task(), None, "stop")
+    assert not failed, failed
 
 
 def test_a_looping_answer_is_flagged_as_repetition():
     loop = "Stop the worker and wait. " * 30
-    verdict = coherence.check(loop, coherence_task(), done_reason="length")
-    assert not verdict.coherent
-    assert any(i.startswith("repetition") for i in verdict.issues)
+    failed = check(loop, coherence_task(), None, "length")
+    assert failed
+    assert "quant_repeats_itself" in failed
 
 
 def test_rewritten_numbers_and_code_are_flagged():
     bad = GOOD.replace("15", "50").replace("8080", "8000").replace("4417", "4471").replace("worker@3", "worker@8")
-    verdict = coherence.check(bad, coherence_task(), done_reason="stop")
-    assert any("numbers" in i for i in verdict.issues)
-    assert any("code span" in i for i in verdict.issues)
+    failed = check(bad, coherence_task(), None, "stop")
+    assert {"quant_lost_numbers", "quant_invented_numbers"} & set(failed)
+    assert "quant_rewrote_code" in failed
 
 
 def test_garbled_and_unfinished_answers_are_flagged():
     garbled = "Stop ▒▒▒ the ◆◆◆ worker ▓▓▓ 15 8080 250 90 4417 ▒▒▒▒▒▒ `systemctl stop worker@3`"
-    assert any("garbled" in i for i in coherence.check(garbled, coherence_task()).issues)
+    assert "quant_garbled" in check(garbled, coherence_task())
     unfinished = GOOD + "\n5. Then the"
-    assert any("unfinished" in i for i in coherence.check(unfinished, coherence_task(), done_reason="stop").issues)
-    assert coherence.check("", coherence_task()).issues == ("empty answer",)
+    assert "quant_unfinished" in check(unfinished, coherence_task(), None, "stop")
+    assert check("", coherence_task()) == ["quant_empty_answer"]
 
 
 def test_drift_is_the_slope_over_the_settle_window_in_bytes_per_minute():
@@ -81,15 +87,16 @@ def test_drift_is_the_slope_over_the_settle_window_in_bytes_per_minute():
 
 
 def test_stability_regressions_against_the_previous_run():
-    prev = {"ok": True, "eval_count": 200, "truncated": False, "repeat_share": 0.05, "errors": []}
+    prev = {"answered": True, "eval_count": 200, "prompt_tokens": 500, "task_tokens": 500, "repeat_share": 0.05,
+            "errors": []}
     assert compare(dict(prev), prev) == []
     assert compare(dict(prev), {}) == []
     shorter = compare(dict(prev, eval_count=40), prev)
     assert shorter and shorter[0].startswith("shorter output")
-    assert compare(dict(prev, truncated=True), prev) == ["the prompt was truncated at num_ctx"]
+    assert compare(dict(prev, prompt_tokens=250), prev) == ["the prompt was truncated at num_ctx"]
     assert compare(dict(prev, repeat_share=0.15), prev) == []      # greedy decoding wobbles a little
     assert compare(dict(prev, repeat_share=0.6), prev)[0].startswith("the output repeats itself more")
-    assert compare(dict(prev, ok=False, errors=["boom"]), prev)[0] == "the run failed where the previous one passed"
+    assert compare(dict(prev, answered=False, errors=["boom"]), prev)[0] == "the run failed where the previous one passed"
 
 
 def test_stability_options_come_from_the_config():
@@ -115,16 +122,17 @@ def test_oom_texts_from_ollama_and_cuda_are_recognised(text, oom):
 def test_numbers_the_reference_lost_are_not_held_against_a_lower_bit_tag():
     reference = "Stop the worker with `systemctl stop worker@3` and check port 8080."
     answer = "Stop the worker with `systemctl stop worker@3` and check port 8080 again."
-    assert coherence.check(answer, coherence_task(), reference, "stop").coherent
+    assert not check(answer, coherence_task(), reference, "stop")
     lost = "Stop the worker and check the port."
-    verdict = coherence.check(lost, coherence_task(), reference, "stop")
-    assert "numbers rewritten or lost: 3, 8080" in verdict.issues
-    assert "code span rewritten: systemctl stop worker@3" in verdict.issues
+    figures = coherence.measure(lost, coherence_task(), reference, "stop")
+    assert (figures["numbers_lost"], figures["numbers_checked"]) == (2, 2)  # 3 and 8080, the two the reference kept
+    assert (figures["code_spans_kept"], figures["code_spans"]) == (0, 1)    # `systemctl stop worker@3`
+    assert {"quant_lost_numbers", "quant_rewrote_code"} <= set(failed_checks(figures))
 
 
 def test_list_numbering_is_not_an_invented_number():
     answer = GOOD + "\n5. Done.\n6. Log it.\n7. Close the ticket."
-    assert coherence.check(answer, coherence_task(), done_reason="stop").coherent
+    assert not check(answer, coherence_task(), None, "stop")
 
 
 def test_sizes_in_probe_tables_are_always_formatted_even_small_ones():

@@ -59,10 +59,13 @@ def test_tables_of_tiers_quant_and_knob_trials_are_in_both_formats():
     files = report_files(result, build_config(result))
     md, html = files["report.md"], files["report.html"]
 
-    assert "| short | 2048 | 300 | 420.00 MiB | yes | no | yes | — |" in md
-    assert "| long | 8192 | 7000 | 1.15 GiB | yes | no | no | over the 1.00 GiB limit |" in md
-    assert "| neohorse-1:q4_1 | Q4_1 | 90.00 MiB | — | no | repetition | yes |" in md
-    assert "| num_batch | 512 -> 256 | 1.07 GiB | yes | no | — |" in md
+    # what was measured, then the rules' reading of it (the facts hold no verdict)
+    assert "| short | 2048 | 300 / 300 | 420.00 MiB | yes | tier short (2048 tokens): peak 420.0 MiB fits | — |" in md
+    assert ("| long | 8192 | 7000 / 7000 | 1.15 GiB | yes | tier long (8192 tokens): out of memory, the peak 1.2 GiB "
+            "passed the limit | — |") in md
+    assert ("| neohorse-1:q4_1 | Q4_1 | 90.00 MiB | — | yes | neohorse-1:q4_1 (Q4_1) is not coherent: 0.9 of its "
+            "4-word sequences repeat |") in md
+    assert "| num_batch | 512 -> 256 | 1.07 GiB | yes | yes | num_batch = 256: peak 1.1 GiB is above the limit" in md
     assert "<td>neohorse-1:q4_1</td>" in html and "<td>512 -&gt; 256</td>" in html
 
 
@@ -70,7 +73,7 @@ def test_why_chain_steps_and_final_config_are_in_the_report():
     result = sample_result()
     md = report_files(result, build_config(result))["report.md"]
 
-    assert "1. short_ok_long_fails: because tier(name=short, ok=True); tier(name=long, ok=False)" in md
+    assert "1. short_ok_long_fails: because tier(name=short, answered=True); tier(name=long, answered=True)" in md
     assert "change(knob=num_ctx, to=4096)" in md
     assert "| 5 | change | num_ctx: 8192 -> 4096 | peak 1.15 GiB -> 620 MiB | yes |" in md
     assert "max_context_len: 4096" in md and "PARAMETER num_ctx 4096" in md

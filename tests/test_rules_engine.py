@@ -71,7 +71,7 @@ def test_after_a_failed_action_the_next_post_reports_only_its_own_outcome():
     ({"kind": "refusal", "remedy": "sleep"}, "refusal.remedy must be one of"),
     ({"kind": "diagnosis", "cause": "weights"}, "made by the rules"),
     ({"kind": "next", "action": "done"}, "made by the rules"),
-    ({"kind": "load", "model": MODEL, "options": {"x": {1, 2}}, "ok": True, "error": None, "size": None,
+    ({"kind": "load", "model": MODEL, "options": {"x": {1, 2}}, "answered": True, "error": None, "size": None,
       "size_vram": None, "used_after": None, "used_settled": None, "drift_per_min": None}, "not plain data"),
 ])
 def test_a_fact_outside_the_contract_is_refused(fact, message):
@@ -106,7 +106,8 @@ def test_why_names_the_rule_and_the_facts_behind_each_step():
         assert change["rule"] == "reduce_context_to_largest_fit"
         assert [f["kind"] for f in change["because"]] == ["tier", "tier", "tier", "probe_done"]
         assert [link["rule"] for link in change["chain"]] == [
-            "tier_fits", "tier_fits", "tier_out_of_memory", "probe_finished", "long_tier_fails_means_kv_cache"]
+            "tier_fits", "tier_fits", "tier_error_says_out_of_memory", "probe_finished",
+            "long_tier_fails_means_kv_cache"]
         assert "4096" in change["reason"] and "4096" in change["reason_zh"]
         assert why[-1]["rule"] == "finish_with_config"
     finally:

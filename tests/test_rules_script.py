@@ -39,18 +39,33 @@ def device(total=24 * GiB, vendor="nvidia", limit=None, name="RTX 4090"):
 
 
 def load(ok=True, used=10 * GiB, placement="gpu", drift=0.0, model=MODEL, num_ctx=2048, level="Q8_0",
-         error=None, **extra):
-    return {"kind": "load", "model": model, "options": {"num_ctx": num_ctx, "num_batch": 512}, "ok": ok,
+         error=None, over_limit=False, **extra):
+    """``ok``: the server answered; ``over_limit``: the load's peak passed every limit."""
+    return {"kind": "load", "model": model, "options": {"num_ctx": num_ctx, "num_batch": 512}, "answered": ok,
             "error": error, "size": used if ok else None, "size_vram": used if placement == "gpu" else used // 2,
             "used_after": used if ok else None, "used_settled": used if ok else None, "drift_per_min": drift,
-            "placement": placement, "level": level, **extra}
+            "placement": placement, "level": level, "peak": OVER_EVERY_LIMIT if over_limit else used, **extra}
+
+
+#: a peak above any limit a case sets
+OVER_EVERY_LIMIT = 1 << 50
 
 
 def tier(name, num_ctx, peak=None, ok=True, oom=None, truncated=False, error=None, back=True, **extra):
-    fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "prompt_tokens": num_ctx - 64, "peak": peak,
-            "back_to_baseline": back, "ok": ok, "error": error, "truncated": truncated, **extra}
-    if oom is not None:
-        fact["oom"] = oom
+    """The raw tier a probe posts for the case: ``ok`` the server answered,
+    ``oom`` its error says memory ran out, ``truncated`` it evaluated half the
+    prompt, ``back`` usage fell back after the second request (None: not measured)."""
+    sent = num_ctx - 64
+    fact = {"kind": "tier", "name": name, "num_ctx": num_ctx, "prompt_tokens": sent // 2 if truncated else sent,
+            "sent_tokens": sent, "peak": peak, "answered": ok, "error": error, **extra}
+    if not ok:
+        fact["prompt_tokens"] = None
+    if oom:
+        fact["failure"] = "runtime_oom"
+    elif oom is False and not ok:
+        fact["failure"] = "crash"
+    if back is not None and peak is not None:
+        fact.update(after_first_bytes=peak // 2, after_second_bytes=peak // 2 + (0 if back else peak // 2))
     return fact
 
 
@@ -58,36 +73,49 @@ def oom_tier(name, num_ctx):
     return tier(name, num_ctx, ok=False, oom=True, error="CUDA error: out of memory")
 
 
+#: the figures of a sound answer to the coherence task, and of a looping one
+SOUND = {"answer_chars": 400, "repeat_share": 0.02, "garbled_share": 0.0, "done_reason": "stop", "last_char": ".",
+         "numbers_checked": 5, "numbers_lost": 0, "numbers_in_task": 5, "numbers_invented": 0, "code_spans": 1,
+         "code_spans_kept": 1}
+LOOPING = dict(SOUND, repeat_share=0.9)
+
+
 def trial(tag, level, peak=None, ok=True, coherent=True, issues=()):
-    return {"kind": "quant_trial", "tag": tag, "level": level, "ok": ok, "weights": peak and peak - GiB,
-            "coherent": coherent, "issues": list(issues), "peak": peak}
+    """``coherent`` None: the answer's figures were not read."""
+    figures = {} if coherent is None or not ok else SOUND if coherent else LOOPING
+    return {"kind": "quant_trial", "tag": tag, "level": level, "answered": ok, "weights": peak and peak - GiB,
+            "peak": peak, **figures}
 
 
 def knob(name, new, peak=None, ok=True, old=None, **extra):
-    return {"kind": "knob_trial", "knob": name, "old": old, "new": new, "peak": peak, "ok": ok, **extra}
+    return {"kind": "knob_trial", "knob": name, "old": old, "new": new, "peak": peak, "answered": ok, **extra}
 
 
 #: what a measured stability retest peaks at when a case does not say: below
 #: every limit the cases use, as a real retest of a config that fits would be
 RETEST_PEAK = 1 * GiB
+#: the stability task's own token count
+TASK_TOKENS = 1200
 
 
 def passed(peak=RETEST_PEAK):
-    return {"ok": True, "truncated": False, "repeat_share": 0.02, "peak": peak, "measured": True}
+    return {"answered": True, "prompt_tokens": TASK_TOKENS, "task_tokens": TASK_TOKENS, "repeat_share": 0.02,
+            "peak": peak, "measured": True}
 
 
 def regressed():
     """A retest that ran but cut the input: the change made things worse."""
-    return {"ok": True, "truncated": True, "repeat_share": 0.02, "peak": RETEST_PEAK, "measured": True}
+    return {"answered": True, "prompt_tokens": TASK_TOKENS // 2, "task_tokens": TASK_TOKENS, "repeat_share": 0.02,
+            "peak": RETEST_PEAK, "measured": True}
 
 
 def unmeasured_retest(reason="3 of 40 memory readings failed"):
-    return {"ok": True, "truncated": False, "repeat_share": 0.02, "peak": None, "measured": False,
-            "unmeasured": reason}
+    return {"answered": True, "prompt_tokens": TASK_TOKENS, "task_tokens": TASK_TOKENS, "repeat_share": 0.02,
+            "peak": None, "measured": False, "unmeasured": reason}
 
 
 def crashed():
-    return {"ok": False, "truncated": False, "repeat_share": None, "peak": None,
+    return {"answered": False, "repeat_share": None, "peak": None,
             "errors": ["llama runner process has terminated"]}
 
 
@@ -140,7 +168,7 @@ class Script:
     def _stability(self, config, step):
         outcome = dict(self._next("stability", step))
         fact = {"kind": "stability", "config": config, "eval_count": 256, "done_reason": "length",
-                "ok": outcome.pop("ok"), "truncated": outcome.pop("truncated", False),
+                "answered": outcome.pop("answered"),
                 "repeat_share": outcome.pop("repeat_share", None), "errors": outcome.pop("errors", [])}
         fact.update({k: v for k, v in outcome.items() if v is not None})
         return [fact, {"kind": "probe_done", "probe": "stability", "ok": True}]

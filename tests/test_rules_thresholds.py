@@ -40,8 +40,8 @@ def test_the_backend_ladder_goes_down_from_the_conservative_batch():
 
 def test_coherence_limits_are_fractions():
     limits = T.COHERENCE
-    assert 0 < limits.max_repeated_4gram_ratio < 1 and 0 < limits.max_broken_sentence_ratio < 1
-    assert 0 < limits.min_length_ratio <= 1
+    assert 0 < limits.max_repeat_share < 1 and 0 < limits.max_garbled_share < 1
+    assert 0 < limits.max_lost_numbers_share <= 1 and 0 < limits.max_invented_numbers_share <= 1
 
 
 def test_probe_done_and_refusal_are_facts():
@@ -52,7 +52,7 @@ def test_probe_done_and_refusal_are_facts():
 
 
 def test_a_load_may_name_its_quantization_level():
-    fact = {"kind": "load", "model": "m", "options": {}, "ok": True, "error": None, "size": 1, "size_vram": 1,
+    fact = {"kind": "load", "model": "m", "options": {}, "answered": True, "error": None, "size": 1, "size_vram": 1,
             "used_after": 1, "used_settled": 1, "drift_per_min": 0.0, "level": "Q4_K_M"}
     assert validate(fact)["level"] == "Q4_K_M"
     with pytest.raises(FactError, match="load.level"):

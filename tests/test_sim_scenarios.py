@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from probes import coherence, memmodel
+from rules.coherence import failed_checks
 from probes.sim.scenario import load_scenario
 from probes.sim.messages import RUNTIME_OOM
 from probes.sim.settings import SimError
@@ -84,8 +85,9 @@ def test_keep_context_needs_q3_and_q2_is_garbled():
         s.finish(ticket)
         answers[tag] = ("".join(ticket.pieces), ticket.done_reason)
     ref = answers["neohorse-1:q8_0"][0]
-    assert coherence.check(*answers["neohorse-1:q3_K_M"][:1], task, ref, answers["neohorse-1:q3_K_M"][1]).coherent
-    assert not coherence.check(answers["neohorse-1:q2_K"][0], task, ref, answers["neohorse-1:q2_K"][1]).coherent
+    assert not failed_checks(coherence.measure(answers["neohorse-1:q3_K_M"][0], task, ref,
+                                               answers["neohorse-1:q3_K_M"][1]))
+    assert failed_checks(coherence.measure(answers["neohorse-1:q2_K"][0], task, ref, answers["neohorse-1:q2_K"][1]))
 
 
 def test_concurrency_four_slots_never_fit_two_do():

@@ -3,6 +3,8 @@ broken kinds fail them, and token counts behave like a tokenizer's."""
 from __future__ import annotations
 
 from probes import coherence
+from rules.coherence import failed_checks
+from rules.thresholds import COHERENCE
 from probes.sim import text as simtext
 from probes.texts import coherence_task, fill_prompt, stability_task
 
@@ -14,30 +16,30 @@ def first(answer: str, tokens: int) -> str:
 def test_coherent_answer_passes_the_coherence_check_and_keeps_numbers_and_code():
     task = coherence_task()
     answer = simtext.coherent(task, seed=11)
-    verdict = coherence.check(first(answer, 160), task, None, "length")
-    assert verdict.coherent, verdict.issues
+    failed = failed_checks(coherence.measure(first(answer, 160), task, None, "length"))
+    assert not failed, failed
     assert "4417" in answer and "`systemctl stop worker@3`" in answer
 
 
 def test_garbled_answer_fails_the_coherence_check():
     task = coherence_task()
     reference = simtext.coherent(task, seed=11)
-    verdict = coherence.check(first(simtext.garbled(task, 11), 160), task, reference, "stop")
-    assert not verdict.coherent
-    assert any("garbled" in issue for issue in verdict.issues)
-    assert any("numbers" in issue for issue in verdict.issues)
+    failed = failed_checks(coherence.measure(first(simtext.garbled(task, 11), 160), task, reference, "stop"))
+    assert failed
+    assert "quant_garbled" in failed
+    assert {"quant_lost_numbers", "quant_invented_numbers"} & set(failed)
 
 
 def test_repetitive_answer_loops_to_the_limit():
     task = stability_task()
     text = simtext.answer(task, 42, "repetitive", limit_tokens=256)
     assert simtext.count_tokens(text) >= 256
-    assert coherence.repeat_share(first(text, 256)) > coherence.REPEAT_NGRAM_LIMIT
+    assert coherence.repeat_share(first(text, 256)) > COHERENCE.max_repeat_share
 
 
 def test_the_stability_task_answer_does_not_loop():
     answer = simtext.coherent(stability_task(), seed=42)
-    assert coherence.repeat_share(answer) < coherence.REPEAT_NGRAM_LIMIT
+    assert coherence.repeat_share(answer) < COHERENCE.max_repeat_share
     assert answer.endswith(".")
 
 

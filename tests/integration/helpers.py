@@ -16,5 +16,17 @@ def rig_env(rig, limit_bytes: int | None = None, **kw) -> ProbeEnv:
                     device=selection.reader.info(), control=rig.server, **kw)
 
 
+def read(probe: str, facts: list[dict], limit: int | None = None) -> list[str | None]:
+    """The reading rule the rules give each fact of one probe run on the rig's
+    CPU (``rules.engine.read_measurements``): the probes post no verdict."""
+    from rules.engine import read_measurements
+
+    return [r["rule"] if r else None for r in read_measurements(probe, facts, limit=limit or NO_LIMIT)]
+
+
+#: a limit no rig measurement comes near
+NO_LIMIT = 1 << 50
+
+
 def ps_names(api: Ollama) -> list[tuple[str, int | None]]:
     return sorted((m.name, m.context_length) for m in api.ps())

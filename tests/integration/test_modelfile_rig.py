@@ -25,6 +25,15 @@ from tests.test_config_roundtrip import sample_result
 pytestmark = pytest.mark.integration
 
 
+def read_within(tiers: list[dict], limit: int) -> list[str | None]:
+    """The rules' reading of each tier when ``limit`` is the limit with margin
+    (this budget is the after-load usage plus room, already tight)."""
+    from rules.thresholds import SAFETY_MARGIN_FRACTION
+    from tests.integration.helpers import read
+
+    return read("context", tiers, int(limit / (1 - SAFETY_MARGIN_FRACTION)) + 1)
+
+
 def _result_for(model: str, num_ctx: int) -> dict:
     result = sample_result()
     result["host"] = None
@@ -139,11 +148,12 @@ def rig_session_result(rig) -> dict:
                       "advice": None},
         "server_env": {"OLLAMA_NUM_PARALLEL": "1"},
         "steps": [
-            {"n": 1, "action": "probe", "probe": "baseline", "peak": loaded["used_after"], "ok": loaded["ok"],
+            {"n": 1, "action": "probe", "probe": "baseline", "peak": loaded["used_after"], "ok": loaded["answered"],
              "summary": f"loaded at num_ctx 2048: {fmt_size(loaded['used_after'])}"},
             {"n": 2, "action": "probe", "probe": "context", "ok": tiers.ok,
              "summary": "; ".join(f"{f['name']} {f['num_ctx']}: peak {fmt_size(f['peak'])}"
-                                  f"{'' if f['ok'] else ' (over the budget)'}" for f in tiers.facts)},
+                                  f"{'' if rule == 'tier_fits' else ' (over the budget)'}"
+                                  for f, rule in zip(tiers.facts, read_within(tiers.facts, limit)))},
             {"n": 3, "action": "change", "knob": "num_ctx", "from": 8192, "to": 2048, "ok": True,
              "effect": f"peak {fmt_size(medium.get('peak'))} -> {fmt_size(short.get('peak'))}"},
             {"n": 4, "action": "probe", "probe": "stability", "ok": stab.ok, "peak": stab_fact.get("peak"),
@@ -184,7 +194,9 @@ def test_report_from_a_real_rig_session_has_its_charts_and_tables(rig_report):
         assert (out / png).read_bytes().startswith(b"\x89PNG")
     assert "| short | 2048 |" in md and "| long | 8192 |" in md
     tiers = [f for f in result["facts"] if f["kind"] == "tier"]
-    assert [(f["name"], f["ok"]) for f in tiers] == [("short", True), ("long", False)]
+    readings = read_within(tiers, result["evidence"]["limit"])
+    assert [(f["name"], rule) for f, rule in zip(tiers, readings)][0] == ("short", "tier_fits")
+    assert readings[1] != "tier_fits"
     assert load_config(out / "oomvet.yaml", "en") == doc
 
 

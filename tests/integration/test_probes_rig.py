@@ -7,7 +7,7 @@ import pytest
 
 from probes import backend, baseline, context, quant, stability
 from oomrig import default_paths, source_gguf
-from tests.integration.helpers import KV_PER_TOKEN, MiB, ps_names, rig_env
+from tests.integration.helpers import KV_PER_TOKEN, MiB, ps_names, read, rig_env
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +48,8 @@ def test_budget_between_q8_0_and_f16_makes_f16_an_oom_and_not_q8_0(rig, weights)
     env = rig_env(rig, limit_bytes=limit)
     f16 = baseline.run(env, "neohorse-1:f16", settle_s=0.5).facts[0]
     q8 = baseline.run(env, "neohorse-1:q8_0", settle_s=0.5).facts[0]
-    assert f16["oom"] and f16["over_limit"] and not f16["ok"]
-    assert q8["ok"] and not q8["oom"]
+    assert read("baseline", [f16], limit) == ["load_over_limit"]
+    assert q8["answered"] and read("baseline", [q8], limit) == ["load_fits"]
 
 
 def test_context_probe_stops_at_the_first_tier_over_the_budget(rig, weights):
@@ -57,17 +57,17 @@ def test_context_probe_stops_at_the_first_tier_over_the_budget(rig, weights):
     limit = weights["neohorse-1:q8_0"] + 40 * MiB
     env = rig_env(rig, limit_bytes=limit)
     result = context.run(env, "neohorse-1:q8_0", tiers=[1024, 4096, 8192], fill=0.3)
-    tiers = [(f["name"], f["num_ctx"], f["ok"], f["oom"]) for f in result.facts]
+    tiers = [(f["name"], f["num_ctx"], rule) for f, rule in zip(result.facts, read("context", result.facts, limit))]
     # 8192 is never loaded: the ladder stops at the first failure (two tiers: short and long)
-    assert tiers == [("short", 1024, True, False), ("long", 4096, False, True)], tiers
+    assert tiers == [("short", 1024, "tier_fits"), ("long", 4096, "tier_out_of_memory")], tiers
 
 
 def test_prompt_longer_than_num_ctx_is_reported_as_truncated_not_memory(rig):
     env = rig_env(rig)
     result = context.run(env, "neohorse-1:q8_0", tiers=[512], fill=1.6)
     fact = result.facts[0]
-    assert fact["truncated"] is True
-    assert fact["ok"] is True and fact["oom"] is False
+    assert read("context", [fact]) == ["tier_truncated"]
+    assert fact["answered"] is True and "failure" not in fact
     assert fact["prompt_tokens"] < fact["sent_tokens"]
 
 
@@ -76,7 +76,7 @@ def test_two_requests_at_num_parallel_2_use_more_kv_than_one_at_1(rig):
     result = backend.run(env, "neohorse-1:q8_0", "num_parallel", 2, num_ctx=2048)
     trial = result.facts[0]
     old_peak, new_peak = result.rows[0]["peak"], result.rows[1]["peak"]
-    assert trial["applied"] and trial["ok"]
+    assert trial["applied"] and trial["answered"] and read("backend", [trial]) == ["knob_fits"]
     # a second slot adds a second num_ctx worth of KV cache (22.5 KiB x 2048 = 45 MiB)
     assert new_peak - old_peak >= 0.75 * KV_PER_TOKEN * 2048, (old_peak / MiB, new_peak / MiB)
     assert rig.server.env()["OLLAMA_NUM_PARALLEL"] == "1"  # put back as it was
@@ -87,8 +87,8 @@ def test_stability_completes_and_a_too_small_num_predict_is_flagged_shorter(rig)
     config = {"model": "neohorse-1:q8_0", "max_context_len": 2048, "max_batch_size": 512, "max_concurrency": 1}
     first = stability.run(env, config, num_predict=96)
     fact = first.facts[0]
-    assert fact["ok"] and fact["done_reason"] in ("stop", "length") and fact["eval_count"] > 0
-    assert not fact["truncated"]
+    assert fact["answered"] and fact["done_reason"] in ("stop", "length") and fact["eval_count"] > 0
+    assert read("stability", [fact]) == ["retest_passed"]  # not cut, not looping, measured
     second = stability.run(env, config, num_predict=12)
     # the regression is the rules' verdict, from the two raw facts
     from rules.record import retest_regressions
@@ -100,7 +100,8 @@ def test_quant_probe_reads_levels_from_the_server_and_checks_coherence(rig):
     result = quant.run(env, "neohorse-1:f16", num_ctx=1024)
     levels = [f["level"] for f in result.facts]
     assert levels == ["Q8_0", "Q4_1"]  # ordered by bits per weight, highest first
-    assert all(f["ok"] and f["weights"] > 0 for f in result.facts)
+    assert all(f["answered"] and f["weights"] > 0 for f in result.facts)
+    assert all(rule.startswith("quant_") for rule in read("quant", result.facts))
     assert result.facts[0]["weights"] > result.facts[1]["weights"]
 
 

@@ -53,7 +53,7 @@ def test_load_raises_runner_memory_and_unload_returns_to_idle(rig):
     env = rig_env(rig)
     result = baseline.run(env, "neohorse-1:q8_0", num_ctx=2048, settle_s=1.0)
     fact = result.facts[0]
-    assert fact["ok"], fact
+    assert fact["answered"], fact
     assert fact["used_after"] > 100 * MiB  # the model process holds the weights and the KV cache
     # restoring() unloaded it: the model process is gone, so usage is back to the idle reading
     assert env.used() <= fact["used_idle"] + 8 * MiB
