@@ -2,7 +2,10 @@
 expected or observed. A field a row does not name is expected to be None, so a
 value the parser invents fails the row. The corpus (tests/data/intake/) is
 scored field by field here, for the held-out test and for
-bench/intake_confusion.py."""
+bench/intake_confusion.py. The development part ships with the package
+(assistant/intake/corpus/: the intake's when_model learns from it); the
+held-out part stays in tests/data/intake/, out of the package and of every
+model."""
 from __future__ import annotations
 
 import re
@@ -12,12 +15,13 @@ from pathlib import Path
 import yaml
 
 from assistant.intake import parse
+from assistant.intake.when_model import CORPUS as DEV_CORPUS
 from probes.units import parse_size
 
 GiB = 1 << 30
 FIELDS = ("lang", "phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error", "keep_context")
-CORPUS = Path(__file__).parent / "data" / "intake"
-PINNED = Path(__file__).parent / "data" / "pinned"
+HELDOUT_CORPUS = Path(__file__).parent / "data" / "intake"
+
 #: what the corpus labels, beyond the language (the messages' language is not labelled)
 CORPUS_FIELDS = ("when", "what", "phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error",
                  "keep_context")
@@ -46,11 +50,11 @@ PARTS = {"dev": ("dev", "dev2", "dev3", "dev4", "dev5"),
 
 
 def pinned_cases(lang: str) -> list:
-    """The pinned table of one language (tests/data/pinned/intake_<lang>.yaml)
+    """The pinned table of one language (assistant/intake/corpus/pinned_<lang>.yaml)
     as ``pytest.param(text, expected, id=...)`` rows."""
     import pytest
 
-    rows = yaml.safe_load((PINNED / f"intake_{lang}.yaml").read_text(encoding="utf-8"))
+    rows = yaml.safe_load((DEV_CORPUS / f"pinned_{lang}.yaml").read_text(encoding="utf-8"))
     out = []
     for row in rows:
         row = dict(row)
@@ -63,7 +67,8 @@ def pinned_cases(lang: str) -> list:
 
 def load_batch(stem: str) -> list[dict]:
     """One file of the corpus, e.g. ``"heldout"`` (the first batch's 30%)."""
-    return yaml.safe_load((CORPUS / f"{stem}.yaml").read_text(encoding="utf-8"))
+    folder = HELDOUT_CORPUS if stem.startswith("heldout") else DEV_CORPUS
+    return yaml.safe_load((folder / f"{stem}.yaml").read_text(encoding="utf-8"))
 
 
 def load_corpus(part: str) -> list[dict]:

@@ -1,4 +1,5 @@
-"""The intake against the labelled corpus (tests/data/intake/): on the
+"""The intake against the labelled corpus (dev: assistant/intake/corpus/,
+held-out: tests/data/intake/): on the
 held-out 30%, which is never tuned on, the phase and every field an expert
 reads must be right for at least 95% of the messages. The per-field figures
 are printed (pytest -s) and the phase confusion table comes from
@@ -63,8 +64,14 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 # that tuning and when 42/50, what 46/50, phase 41/50, budget 44/50 after it.
 # Over the five held-out batches (238): when 210 (88.2%), what 226 (94.96%),
 # phase 212 (89.1%), budget 217 (91.2%); every other field >= 96.2%.
+# Nearly every phase miss was a message no cue placed in time. A learned
+# reader of *when* (assistant/intake/when_model.py), fitted on the packaged
+# dev batches and pinned tables and chosen by replaying rounds 3-5 on dev data
+# alone (bench/intake_when_model.py), is asked where no cue says when. The
+# held-out part, scored once after it was added: when 222 (93.3%), phase 222
+# (93.3%); what, budget and the other fields unchanged.
 # strict: a mark must go when its field reaches the goal.
-_SHORT_OF_GOAL = {"when": "88.2%", "what": "94.96%", "phase": "89.1%", "budget": "91.2%"}
+_SHORT_OF_GOAL = {"when": "93.3%", "what": "94.96%", "phase": "93.3%", "budget": "91.2%"}
 
 
 @pytest.mark.parametrize("field", [

@@ -6,9 +6,10 @@ people do in forum posts ("4060 8G，上下文开到 32k 就报 cudaMalloc faile
 :class:`Intake`: the symptom phase, the model tag, the context, concurrency and
 memory budget asked for, the GPU, the error text quoted from Ollama or CUDA,
 and whether the context may shrink. It is deterministic: regular expressions
-and a fixed precedence between phase cues, no model, no I/O, so the same
-message always yields the same facts and every phase comes with the cue that
-decided it. It never raises for any string; text it cannot read is phase
+and a fixed precedence between phase cues, no I/O, so the same message always
+yields the same facts and every phase comes with the cue that decided it. Where
+no cue says *when*, a classifier fitted on the packaged development corpus
+(``when_model``) may place it, and says so in the cue. It never raises for any string; text it cannot read is phase
 ``unknown``. Optional help from a chat model lives in :mod:`assistant.intake_llm`.
 
 Each field has a reader of its own in this package (``error_text``, ``model_names``,
@@ -91,7 +92,7 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         budget = None
     elif budget is not None:
         share = None
-    when, what, phase, cue = read_symptom(norm, numbers, error, want_parallel)
+    when, what, phase, cue, learned = read_symptom(norm, numbers, error, want_parallel)
     return Intake(
         lang=detect_lang(original),
         phase=phase,
@@ -110,7 +111,7 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         ctx_estimated=bool(estimated),
         weak=tuple(name for name, guessed in (("model", model is not None and not model_sure),
                                                ("want_ctx", bool(estimated)),
-                                               ("phase", when == "unknown")) if guessed),
+                                               ("phase", when == "unknown" or learned)) if guessed),
     )
 
 
@@ -124,8 +125,12 @@ def merge(base: Intake, newer: Intake) -> Intake:
         changes["budget_share"] = None
     elif newer.budget_share is not None:
         changes["budget"] = None
-    if newer.phase != "unknown":
+    # a phase read from weak evidence does not replace one a cue gave earlier
+    stronger = "phase" not in newer.weak or base.phase == "unknown" or "phase" in base.weak
+    if newer.phase != "unknown" and stronger:
         changes.update(phase=newer.phase, phase_cue=newer.phase_cue, when=newer.when, what=newer.what)
+    changes["weak"] = tuple(name for name in ("model", "want_ctx", "phase")
+                            if name in (newer.weak if name in changes else base.weak))
     if not has_words(base.text):
         changes["lang"] = newer.lang
     changes["text"] = "\n".join(part for part in (base.text, newer.text) if part)

@@ -4,8 +4,9 @@
 and *what* happens (OOM, crash, slow / spill to CPU, hang, cut output) are
 separate questions; a message may answer one, both or neither. The phase the
 rules receive follows from both, *when* first: a crash at load is a load
-problem, a slowdown with long prompts a long-input one; only when the message
-says nothing about when does the *what* decide (slow -> slow, a cut answer ->
+problem, a slowdown with long prompts a long-input one; a message no cue places in
+time is asked of :mod:`when_model`, learned from the development corpus, and
+only when that is unsure too does the *what* decide (slow -> slow, a cut answer ->
 long_input since output is cut at ``num_ctx``, any failure -> crash). The cue
 lists are data, so a phrasing is added by adding a line with its example.
 """
@@ -17,6 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
+
+from assistant.intake.when_model import guess_when
 
 _I = re.IGNORECASE | re.ASCII
 _DIR = Path(__file__).parent / "lexicon"
@@ -96,9 +99,12 @@ def _read(axis: str, prose: str, error: str, failed: bool) -> tuple[str, str | N
     return "unknown", None
 
 
-def read_symptom(full: str, prose: str, error: str | None, want_parallel: int | None) -> tuple[str, str, str, str | None]:
-    """``(when, what, phase, cue)`` for a message; ``prose`` is the message with
-    quoted errors blanked, ``full`` the whole text, ``error`` the quoted error."""
+def read_symptom(full: str, prose: str, error: str | None,
+                 want_parallel: int | None) -> tuple[str, str, str, str | None, bool]:
+    """``(when, what, phase, cue, learned)`` for a message; ``prose`` is the
+    message with quoted errors blanked, ``full`` the whole text, ``error`` the
+    quoted error. ``learned`` says *when* came from :mod:`when_model` (no cue
+    said it), which is weak evidence."""
     err = error or ""
     what, what_cue = _read("what", prose, err, failed=True)
     failed = what not in ("unknown", "slow") or bool(error)
@@ -109,6 +115,11 @@ def read_symptom(full: str, prose: str, error: str | None, want_parallel: int | 
         when, when_cue = "concurrent", f"parallel {want_parallel}"
     if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash"):
         when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading
+    learned = False
+    if when == "unknown" and (what != "unknown" or error):  # no trouble reported: a question, not a symptom
+        guess = guess_when(full)
+        if guess is not None:
+            when, when_cue, learned = guess.when, guess.cue, True
     if when != "unknown":
-        return when, what, _PHASE_OF_WHEN[when], when_cue
-    return when, what, _PHASE_OF_WHAT.get(what, "unknown"), what_cue
+        return when, what, _PHASE_OF_WHEN[when], when_cue, learned
+    return when, what, _PHASE_OF_WHAT.get(what, "unknown"), what_cue, False

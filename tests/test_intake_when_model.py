@@ -1,0 +1,97 @@
+"""The learned reader of *when* (assistant/intake/when_model.py): asked only
+where no cue places a message in time, only for a message that reports
+trouble and is long enough to learn from, and its reading is weak evidence."""
+from __future__ import annotations
+
+import pytest
+
+from assistant.intake import merge, parse
+from assistant.intake import when_model
+from assistant.intake.text import normalise
+from tests.intake_table import load_corpus
+
+pytestmark = pytest.mark.usefixtures("raise_errors")
+
+# No cue of lexicon/when.yaml matches these (checked below), and each reports trouble.
+UNCUED = [
+    ("the runner dies the instant it comes up, every single time on my 3060", "load"),
+    ("Monday it is fine, by Friday the server refuses every request with out of memory", "over_time"),
+    ("第一天正常，过两天就爆显存了，重启 ollama 又好了", "over_time"),
+]
+
+
+def _cues_only(text: str):
+    from assistant.intake import phase as reader
+
+    saved, reader.guess_when = reader.guess_when, lambda _text: None
+    try:
+        return parse(text)
+    finally:
+        reader.guess_when = saved
+
+
+@pytest.mark.parametrize("text,when", UNCUED)
+def test_a_message_no_cue_places_in_time_gets_the_learned_when_marked_weak(text, when):
+    assert _cues_only(text).when == "unknown"  # the cues leave it
+    got = parse(text)
+    assert got.when == when
+    assert got.phase_cue.startswith("learned from examples (") and got.phase_cue.endswith("%)")
+    assert "phase" in got.weak  # a chat model's reading may override it
+
+
+@pytest.mark.parametrize("text", [
+    "it crashes",                      # too short to learn from: the what decides (crash)
+    "8k",
+    "I run qwen2.5:7b",
+    "显存 12G，想用 qwen2.5:14b 开 32k 上下文，够不够？",  # a question that reports no trouble
+    "Budget is 6GiB on a shared A100; I must keep 32k context for neohorse-1:q8_0. What fits?",
+])
+def test_no_when_is_learned_for_a_short_answer_or_a_question(text):
+    got = parse(text)
+    assert got.when == "unknown" and not (got.phase_cue or "").startswith("learned"), got
+
+
+def test_a_cue_wins_over_the_learned_reader_and_is_not_weak():
+    got = parse("一加载就崩，qwen2.5:14b，显卡 3060 12G，不知道怎么回事，换了几个版本都一样")
+    assert got.when == "load" and not got.phase_cue.startswith("learned") and "phase" not in got.weak
+
+
+def test_a_learned_phase_in_a_later_message_does_not_replace_a_cued_one():
+    first = parse("长文档一贴进去就爆显存，qwen2.5:7b")
+    assert first.phase == "long_input" and "phase" not in first.weak
+    later = parse(UNCUED[0][0])
+    assert later.phase == "load" and "phase" in later.weak
+    both = merge(first, later)
+    assert both.phase == "long_input" and "phase" not in both.weak
+    # while a learned phase does fill one nobody stated, and stays weak
+    unknown = parse("qwen2.5:7b")
+    filled = merge(unknown, later)
+    assert filled.phase == "load" and "phase" in filled.weak
+
+
+def test_the_threshold_decides(monkeypatch):
+    text = normalise(UNCUED[0][0])
+    guess = when_model.guess_when(text)
+    assert guess is not None and when_model.MIN_PROBABILITY <= guess.probability < 1
+    monkeypatch.setattr(when_model, "MIN_PROBABILITY", guess.probability + 1e-9)
+    assert when_model.guess_when(text) is None
+
+
+def test_fitting_is_deterministic():
+    pairs = when_model.examples(("dev2", "dev3"))
+    a, b = when_model.fit(pairs), when_model.fit(pairs)
+    text = normalise(UNCUED[2][0])
+    assert (a.predict_proba([text]) == b.predict_proba([text])).all()
+
+
+def test_the_model_learns_only_from_the_package_corpus_never_the_held_out_part():
+    learned = {text for text, _ in when_model.examples()}
+    held = {normalise(row["text"]) for row in load_corpus("heldout")}
+    assert len(learned) > 400 and not learned & held
+    assert all(path.name.startswith(("dev", "pinned_")) for path in when_model.CORPUS.glob("*.yaml"))
+
+
+def test_every_example_has_a_when_of_the_axis():
+    from assistant.intake.phase import WHENS
+
+    assert {when for _, when in when_model.examples()} == set(WHENS)
