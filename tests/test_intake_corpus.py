@@ -69,9 +69,17 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 # dev batches and pinned tables and chosen by replaying rounds 3-5 on dev data
 # alone (bench/intake_when_model.py), is asked where no cue says when. The
 # held-out part, scored once after it was added: when 222 (93.3%), phase 222
-# (93.3%); what, budget and the other fields unchanged.
+# (93.3%); what, budget and the other fields unchanged. A sixth round:
+# heldout6.yaml (50, blind writer) scored when 44/50, phase 44/50, budget
+# 46/50 before tuning (35/50 for when and phase with the learned reader
+# switched off); dev6.yaml (80, another blind writer) read when 64/80, phase
+# 65/80, budget 73/80 before tuning on it and 80/80 on every field after (two
+# labels brought to dev.yaml's conventions first). heldout6 after that tuning:
+# when 46/50, what 45/50, phase 45/50, budget 48/50. Over the six held-out
+# batches (288): when 267 (92.7%), what 271 (94.1%), phase 266 (92.4%),
+# budget 267 (92.7%); every other field >= 95.8%.
 # strict: a mark must go when its field reaches the goal.
-_SHORT_OF_GOAL = {"when": "93.3%", "what": "94.96%", "phase": "93.3%", "budget": "91.2%"}
+_SHORT_OF_GOAL = {"when": "92.7%", "what": "94.1%", "phase": "92.4%", "budget": "92.7%"}
 
 
 @pytest.mark.parametrize("field", [

@@ -27,6 +27,13 @@ pytestmark = pytest.mark.usefixtures("raise_errors")
     ("A100 80G 只分给我 20G", 20 * GiB),
     ("about twelve gigs of VRAM free", 12 * GiB),
     ("Card is an RTX 4000 Ada 20GB", 20 * GiB),
+    # what is left once others take theirs, "more than N" read as N, a laptop part, Apple's unified memory,
+    # the card's size said against the host's RAM
+    ("别的进程占了 2G，实际能用的大概 6G", 6 * GiB),
+    ("开着浏览器还剩 4 个多 G", 4 * GiB),
+    ("卡是 4060 笔记本版 8G", 8 * GiB),
+    ("Mac mini M4 24G 内存的那款", 24 * GiB),
+    ("it's a 3090, so I figured 24 gigs plus system RAM would do", 24 * GiB),
 ])
 def test_a_size_as_people_write_it_is_the_budget(text, budget):
     got = parse(text)
@@ -39,6 +46,8 @@ def test_a_size_as_people_write_it_is_the_budget(text, budget):
     # a share the user may use is of the card they name, so it outranks the card's size
     ("the box has an L40S 48GB but I only get to use half the GPU", 0.5),
     ("4090 24G，显存只能用一半", 0.5),
+    ("服务器是 A100，只分给我一半显存", 0.5),
+    ("我只能用 half the card", 0.5),
 ])
 def test_a_share_of_the_device_is_kept_as_a_share(text, share):
     got = parse(text)
@@ -59,6 +68,49 @@ def test_a_length_of_text_becomes_an_estimated_context(text, tokens):
 def test_a_context_in_tokens_is_not_an_estimate():
     got = parse("num_ctx 32k 就崩")
     assert (got.want_ctx, got.ctx_estimated) == (32768, False)
+
+
+@pytest.mark.parametrize("text,tokens", [
+    ("一个长 prompt（大概一万五 token）就爆了", 15000),
+    ("拼起来大概六千多 token", 6000),
+    ("输入 2万 token 就崩", 20000),
+])
+def test_a_token_count_in_chinese_place_words_is_the_context(text, tokens):
+    got = parse(text)
+    assert (got.want_ctx, got.ctx_estimated) == (tokens, False)
+
+
+@pytest.mark.parametrize("text,model", [
+    ("it freezes at random on llama3.2. the spinner never stops", "llama3.2"),
+    # the size still to choose: no model yet
+    ("想跑 qwen3，8b 还是 14b 比较合适？", None),
+    ("thinking of gemma3 - 12b or 27b?", None),
+])
+def test_a_family_named_bare_is_the_model_once_its_size_is_chosen(text, model):
+    assert parse(text).model == model
+
+
+@pytest.mark.parametrize("text,n", [
+    ("5 个同事共用一台服务器，大家一起问就卡", 5),
+    ("about a dozen staff hit it when they log in at once", 12),
+    ("our workflow runs 4 branches in parallel", 4),
+    ("Discord bot 和网页两边同时说话就卡住", 2),
+    ("(so 3 person) use it in same time", 3),
+    # "one of us" is who got the error; an embedding job beside the chat is a second model, not a request
+    ("gemma3 gives an error for one of us", None),
+    ("一边跑 embedding 一边聊天，两个同时上就爆显存", None),
+])
+def test_a_count_of_people_or_jobs_at_once_is_the_concurrency(text, n):
+    assert parse(text).want_parallel == n
+
+
+@pytest.mark.parametrize("text,gpu", [
+    ("M2 的 Mac mini 跑得很慢", "M2"),
+    ("卡是 L20，跑 70b 就 500", "L20"),
+    ("7800 XT 16G", "RX 7800 XT"),
+])
+def test_a_gpu_as_people_write_it(text, gpu):
+    assert parse(text).gpu == gpu
 
 
 @pytest.mark.parametrize("text,model", [
@@ -275,3 +327,23 @@ def test_whether_the_context_may_shrink_as_people_say_it(text, keep):
 def test_a_cue_in_its_borrowed_sense_does_not_count(text, when, what):
     got = parse(text)
     assert (got.when, got.what) == (when, what)
+
+
+@pytest.mark.parametrize("text,what", [
+    # a cause the user only asks about is a guess, not the symptom
+    ("回答到一半就截断了。是 num_predict 的问题还是显存不够？", "cut"),
+    ("输出到一半就没了，是不是爆显存了？", "cut"),
+    ("一加载就爆显存，怎么办？", "oom"),
+])
+def test_a_cause_asked_about_is_not_the_symptom(text, what):
+    assert parse(text).what == what
+
+
+@pytest.mark.parametrize("text,when", [
+    # one at a time it works: the trouble is the concurrency, whatever clock the message also keeps
+    ("同时发 8 个请求，跑着跑着就退了，一个一个发就不会", "concurrent"),
+    ("部门十个人一起用，人少的时候好好的，一到下午大家都在问就 OOM", "concurrent"),
+    ("跑着跑着就退了", "over_time"),
+])
+def test_work_that_goes_fine_one_at_a_time_is_a_concurrency_problem(text, when):
+    assert parse(text).when == when

@@ -26,7 +26,9 @@ _CTX_PATTERNS = [
     # llama.cpp's "-c 32768"
     re.compile(r"(?<![\w-])-c\s+(\d+)()\b"),
 ]
-_WAN = re.compile(r"(\d+(?:\.\d+)?)\s*万\s*(?:个\s*)?(?:token|上下文)", ICASE)
+# "2万 token", "一万二 token", "八千多 token": a count of tokens in Chinese place words
+_WAN = re.compile(r"(\d+(?:\.\d+)?|[一二两三四五六七八九十]+)\s*(万|千)\s*([一二两三四五六七八九])?\s*(?:多|来)?\s*"
+                  r"(?:个\s*)?(?:token|上下文)", ICASE)
 
 
 def _ctx_value(number: str, k: str | None) -> int:
@@ -46,7 +48,10 @@ def find_ctx(text: str) -> int | None:
             if i == 0 and value >= 1 or value >= 128:
                 seen.append(value)
     for m in _WAN.finditer(text):
-        seen.append(int(round(float(m.group(1)) * 10000)))
+        n = zh_number(m.group(1))
+        if n:
+            place = 10000 if m.group(2) == "万" else 1000
+            seen.append(int(round(n * place + (zh_number(m.group(3)) * place / 10 if m.group(3) else 0))))
     seen = [v for v in seen if v <= 10_000_000]
     return max(seen) if seen else None
 

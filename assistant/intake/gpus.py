@@ -13,7 +13,7 @@ _GPU_PATTERNS = [
     re.compile(r"(?<![\w])(rtx|gtx)\s*-?\s*(a?\d{3,4})\s*(ti\s*super|ti|super|(?:sff\s*)?ada|d)?(?![\w])", ICASE),
     # datacenter / workstation: "A100", "H100 80G", "Tesla T4", "L40S"; a plural counts ("two A6000s")
     re.compile(r"(?<![\w])(?:tesla\s+)?(a100|a800|h100|h200|h800|h20|v100|a10g?|a30|a40|a6000|a5500|a5000|a4500|"
-               r"a4000|a2000|l40s?|l4|t4|p40|p100|k80)s?(?![\w])", ICASE),
+               r"a4000|a2000|l40s?|l20|l4|t4|p40|p100|k80)s?(?![\w])", ICASE),
     # AMD: "RX 7900 XTX", "7900xtx", "MI300X"
     re.compile(r"(?<![\w])(?:rx\s*)?(\d{4})\s*(xtx|xt)(?![\w])|(?<![\w])(rx)\s*(\d{4})(?![\w])"
                r"|(?<![\w])(mi\d{3}x?)(?![\w])", ICASE),
@@ -32,6 +32,8 @@ _GPU_PATTERNS = [
 _GPU_PATTERNS.append(re.compile(r"(?<![\w])(mx\d{3}|jetson(?:\s+(?:orin|nano|xavier|agx|tx2))*)(?![\w])", ICASE))
 # AMD integrated graphics and workstation cards named with "Radeon": "Radeon 780M", "Radeon Pro W7900"
 _GPU_PATTERNS.append(re.compile(r"(?<![\w])radeon\s+(\d{3}m|(?:pro\s+)?w\d{4}|vii)(?![\w])", ICASE))
+# Apple silicon named before the machine: "M1 的 MacBook Air", "an M2 Mac mini"
+_GPU_PATTERNS.append(re.compile(r"(?<![\w])(m[1-4])(?=\s*(?:的\s*)?(?:mac|imac)(?!\w*\s*(?:os|osx)\b))", ICASE))
 
 
 def _suffix(word: str | None) -> str:
@@ -65,6 +67,8 @@ def _tidy_gpu(i: int, m: re.Match) -> str:
         return f"Arc {g[0].upper()}" if g[0] else g[1].upper()
     if i == 6:
         return g[0].upper() if g[0].lower().startswith("mx") else " ".join(w.capitalize() for w in g[0].split())
+    if i == 8:
+        return g[0].upper()
     if i == 7:
         return "Radeon " + " ".join(w.capitalize() if w.lower() == "pro" else w.upper() for w in g[0].split())
     return g[0] + _suffix(g[1])

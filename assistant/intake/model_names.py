@@ -23,10 +23,12 @@ _TAG = re.compile(
     r"(?<![\w./@-])((?:[a-z0-9][\w.-]*/)*[a-z][\w.-]*):([a-z0-9][\w.-]*)(?![\w/-]|:\S|\.\w)", ICASE
 )
 _BARE = re.compile(
-    r"(?<![\w./-])(" + "|".join(_FAMILIES) + r")(?![\w.+]|\.cpp)"
+    r"(?<![\w./-])(" + "|".join(_FAMILIES) + r")(?![\w+]|\.\w|\.cpp)"
     r"(?:[\s:-]{0,2}((?:\d+x)?\d+(?:\.\d+)?b)(?![\w]))?",
     ICASE,
 )
+# a family with its size still to choose ("deepseek-r1，14b 还是 32b？", "qwen3 - 8b or 14b?") names no model yet
+_SIZE_CHOICE = re.compile(r"^[\s,，:：、-]*(?:\d+x)?\d+(?:\.\d+)?b\s*(?:还是|或者?|或是|\bor\b|vs\.?|/)\s*(?:\d+x)?\d+(?:\.\d+)?b\b", ICASE)
 _OLLAMA_CMD = re.compile(r"\bollama\s+(?:run|pull|show|create|stop|push|cp|rm)\s+([a-z0-9][\w./:-]*)", ICASE)
 # a tag the user's own model is built on (a Modelfile's "FROM qwen2.5:14b", "built on llama3.1:8b") is the
 # base, not the model in trouble; the one switched to ("一 switch 到 gemma3:27b") is the one that fails
@@ -156,6 +158,8 @@ def find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list[
         if any(s <= m.start() < e for s, e, _ in candidates):
             continue
         size = m.group(2)
+        if not size and _SIZE_CHOICE.match(text[m.end():m.end() + 24]):
+            continue
         candidates.append((m.start(), m.end(), _tidy_model(m.group(1), size.lower() if size else None)))
     candidates = [c for c in candidates if not any(s <= c[0] < e for s, e in spans)]  # inside a base's tag
     if not candidates:

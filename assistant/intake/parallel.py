@@ -14,8 +14,10 @@ _PAR_PATTERNS = [
     # models or cards loaded together
     re.compile(r"(?<![A-Za-z0-9_])" + NUMWORD + r"\s*(?:(?:多|几|来)?(?:个|路|位|名)\s*"
                r"(?:(?!(?:models?|gpus?|cards?)\b)[A-Za-z]+\s*){0,2}"
-               r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,3}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口)?)"
+               r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,3}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口|边)?)"
                r"\s*(?:[(（][^)）\n]{0,40}[)）])?\s*(?:同时|并发|一起(?!加载|载入|load)|并行)", ICASE),
+    # people sharing one box: "6 个人共用一台 Mac Studio", "三个同事合用一张卡"
+    re.compile(r"(?<![A-Za-z0-9_])" + NUMWORD + r"\s*(?:多|几|来)?(?:个|位|名)?\s*(?:人|同事|用户|学生|员工)\s*(?:共用|共享|合用)"),
     # "同时开 3 个会话", "同时 2 个请求", "同时发了 10 个请求"
     re.compile(r"同时\s*(?:开|发|跑|用)?\s*(?:了)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
     # "大概 6 路", "开了 8 路": a count of channels said alone (not "8 路并发", read above; "一路" is all along)
@@ -23,7 +25,8 @@ _PAR_PATTERNS = [
     # "3 users", "two browser tabs", "4 people", "4 at once", "two dozen agent workers", "two of us":
     # in this room a count of users is concurrency
     re.compile(r"\b" + NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:[a-z]+\s+)?(?:users|people|ppl|folks|"
-               r"clients|agents|workers|browser tabs|tabs|sessions|chats)\b|\b" + NUMWORD + r"\s+(?:at once|of us)\b", ICASE),
+               r"persons?|staff|colleagues|coworkers|co-workers|employees|students|"
+               r"clients|agents|workers|browser tabs|tabs|sessions|chats)\b|\b(?!one\s)" + NUMWORD + r"\s+(?:at once|of us)\b", ICASE),
     # "并发 4", "并发数设为4", "并行请求数: 2"
     re.compile(r"(?:并发|并行)(?:请求)?(?:数|量|数量)?\s*(?:设为|设成|设置为|设置成|开到|调到|改成|是|为|=|:|到|开)?\s*"
                + NUMWORD + r"(?!\s*(?:g|gb|k|%))(?![多下旦直点些起上])", ICASE),
@@ -31,7 +34,7 @@ _PAR_PATTERNS = [
     re.compile(r"\b" + NUMWORD + r"\s+(?:concurrent|simultaneous|parallel|concurrency)\b", ICASE),
     # "4 users at once", "3 requests at the same time", "12 threads at once" (threads alone are CPU threads)
     re.compile(r"\b" + NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|ppl|folks|connections?|calls|threads|"
-               r"workers|agents|processes)\s+"
+               r"workers|agents|processes|branches|jobs|tasks|scripts)\s+"
                r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel|"
                r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant))", ICASE),
     # "concurrency of 4", "OLLAMA_NUM_PARALLEL=4", "parallel 2", "--parallel 2"
@@ -44,12 +47,18 @@ _PAR_PATTERNS = [
                r"(?=[^.\n]{0,40}\bwhile\b)", ICASE),
 ]
 _ORDINALS = {"second": 2, "third": 3, "fourth": 4}
+# "两个同时上", "两边一起": a count with no noun, in a message with an embedding or rerank job beside the chat,
+# counts the two models at work, not requests to one
+_BARE_PAIR = re.compile(r"(?:2|两|俩)\s*(?:个|边)?\s*(?:同时|一起|并发|并行)")
+_SECOND_MODEL = re.compile(r"embedding|embed\b|rerank|向量化|嵌入模型|一边[^。\n]{0,40}一边", ICASE)
 
 
 def find_parallel(text: str) -> int | None:
     seen = []
     for rx in _PAR_PATTERNS:
         for m in rx.finditer(text):
+            if _BARE_PAIR.fullmatch(m.group(0).strip()) and _SECOND_MODEL.search(text):
+                continue
             word = next(g for g in m.groups() if g)
             n = _ORDINALS.get(word.lower()) or count(word)
             if n and 1 <= n <= 1024:

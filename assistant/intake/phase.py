@@ -32,6 +32,10 @@ _NEGATION_BEFORE = re.compile(
     _I,
 )
 _OLLAMA_RUN = re.compile(r"ollama\s+run\b", _I)
+# a cause the user only asks about ("是 num_predict 的问题还是显存不够？", "is it running out of memory?")
+# is a guess, not a symptom
+_GUESS_BEFORE = re.compile(r"(?:还是|是不是|是否|会不会|难道是?|\bor\s+is\s+it|\bis\s+(?:it|this|that))\s*(?:\w+\s+)?$", _I)
+_QUESTION_AFTER = re.compile(r"^[^。,，.;；!！\n]{0,8}?(?:[?？]|吗|呢)")
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ def _first(cues, text: str, negatable: bool = False) -> str | None:
             if negatable:
                 clause = re.split(r"[。,，.;；!?！？\n]", text[max(0, m.start() - 14):m.start()])[-1]
                 if _NEGATION_BEFORE.search(clause):
+                    continue
+                if _GUESS_BEFORE.search(clause) and _QUESTION_AFTER.search(text[m.end():m.end() + 12]):
                     continue
             return m.group(0).strip()
     return None

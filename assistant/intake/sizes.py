@@ -10,7 +10,7 @@ from assistant.intake.text import ICASE, normalise
 from probes.units import SizeError, parse_size
 
 
-_SIZE = (r"(\d+(?:\.\d+)?|(?<![a-z])(?:" + EN_ALT + r")(?=[\s-])|[一二两三四五六七八九十百]+)[\s-]*(?:个\s*)?"
+_SIZE = (r"(\d+(?:\.\d+)?|(?<![a-z])(?:" + EN_ALT + r")(?=[\s-])|[一二两三四五六七八九十百]+)[\s-]*(?:个\s*(?:多\s*)?)?"
          r"(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)(?![a-z])")
 _UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "megabyte": "m", "megabytes": "m",
                "meg": "m", "megs": "m", "兆": "m"}
@@ -21,7 +21,7 @@ _GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unifie
                r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|have|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
 _FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:of\s+)?(?:free|available|left|headroom|spare|"
                r"(?:is\s+|are\s+)?usable|可用|剩余|空闲|能用|可以用)")
-_FREE_BEFORE = (r"(?:剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|"
+_FREE_BEFORE = (r"(?:(?:实际|真正)?(?:能用|可以用|可用)的|剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|"
                 r"最多(?:只能)?(?:用|给|占)?|只能(?:用|占)|只用|(?:不能|不要|别|不可以)?超过|不超过|free|available|"
                 r"only may use|may use|can use|at most|no more than|up to|fit (?:in|into|within|under)|"
                 # what someone hands ollama: "给 ollama 分了 6G", "ollama is allowed 30GB", "should only use 18GB"
@@ -47,8 +47,12 @@ _BUDGET_PATTERNS = [
     re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:都|也|还)\s*不够", ICASE),
     re.compile(r"\beven\s+(?:my\s+|the\s+|all\s+)?" + _SIZE + r"\s+(?:of\s+vram\s+)?(?:isn't|is not|wasn't|was not|aren't)\s+enough",
                ICASE),
+    # the card's size said against the host's RAM: "24 gigs plus system RAM", "24G 显存加上内存"
+    re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:of\s+vram\s+|显存\s*)?(?:plus|\+|加上?)\s*(?:the\s+|my\s+)?(?:system\s+|host\s+)?"
+               r"(?:ram\b|(?<!显)内存)", ICASE),
 ]
-_SIZE_NEAR_GPU = re.compile(r"^\s*(?:的|,|with|w/|\(|（|has|have|had|got|is|有|是)?\s*" + _SIZE, ICASE)
+_SIZE_NEAR_GPU = re.compile(r"^\s*(?:(?:笔记本|移动|桌面|台式)(?:版|版本)?|laptop|mobile)?\s*"
+                            r"(?:的|,|with|w/|\(|（|has|have|had|got|is|有|是)?\s*" + _SIZE, ICASE)
 _SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", ICASE)
 # "用了 7G 显存", "needs 10GB VRAM": usage or a requirement, not what the card has
 _USAGE_BEFORE = re.compile(
@@ -82,6 +86,9 @@ def size_of(text: str) -> int | None:
     return _bytes(m.group(1), m.group(2)) if m else None
 
 
+_APPLE = ("M1", "M2", "M3", "M4")  # Apple silicon: "内存" beside the chip is the unified memory the GPU uses
+
+
 def find_budget(text: str, gpus) -> int | None:
     """GPU memory the user has, or may use: the smallest amount they name next
     to a GPU word, a GPU name, "free" or "budget" (system RAM is not a budget)."""
@@ -96,7 +103,7 @@ def find_budget(text: str, gpus) -> int | None:
             seen.append(_bytes(m.group(1), m.group(2)))
     for start, end, _name in gpus:
         after = _SIZE_NEAR_GPU.match(text[end:end + 16])
-        if after and not _RAM_AFTER.match(text, end + after.end()):
+        if after and (_name.startswith(_APPLE) or not _RAM_AFTER.match(text, end + after.end())):
             seen.append(_bytes(after.group(1), after.group(2)))
         before = _SIZE_BEFORE_GPU.search(text[max(0, start - 14):start])
         if before:
@@ -110,12 +117,14 @@ _SHARE = re.compile(
     r"|(?:只能用|只用|最多用|可以用|may use|can use|only (?:may )?use|use at most|limit(?:ed)? to|budget(?: of| is)?)"
     r"\s*(?:the\s+)?(\d{1,3}(?:\.\d+)?)\s*%"
     # a fraction in words: "lets me use half the card", "只能用一半显存"
-    r"|(?:use|using|get|have|spare|give|allot|dedicate)\s+(?:it\s+|ollama\s+)?(?:only\s+|at most\s+)?(half|a third|a quarter)\s+"
+    r"|(?:(?:use|using|get|have|spare|give|allot|dedicate)\s+|用\s*)(?:it\s+|ollama\s+)?(?:only\s+|at most\s+)?(half|a third|a quarter)\s+"
     r"(?:of\s+)?(?:the\s+|my\s+|this\s+)?(?:card|gpu|vram|device|gpu memory|\d+(?:\.\d+)?\s*(?:gb|gib|g)\b)"
     r"|(?:只能|最多|只|可以)(?:用|占|分到)\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡)"
     r"|(?:显存|显卡)\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)"
     # the card first, then the share: "最多只能占整张 A100 的 40%"
-    r"|(?:只能|最多|只|可以)(?:只能)?(?:用|占|使用|分到)\s*[^,。;\n%]{0,14}?的\s*(\d{1,3}(?:\.\d+)?)\s*%", ICASE)
+    r"|(?:只能|最多|只|可以)(?:只能)?(?:用|占|使用|分到)\s*[^,。;\n%]{0,14}?的\s*(\d{1,3}(?:\.\d+)?)\s*%"
+    # what someone hands the user: "只分给我一半显存", "分配给 ollama 三分之一的显存"
+    r"|(?:只|最多|只能)?分(?:给|配给)\s*(?:我|我们|ollama)?\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡|卡)", ICASE)
 # "ollama ps showed phi4 at 11 GB, 100% GPU": a reading of where a model runs, not a share to keep to
 _READING_BEFORE = re.compile(r"ollama\s+ps|processor|nvidia-smi|shows?\b|showed|显示|reports?\b", ICASE)
 _FRACTIONS = {"half": 50, "a third": 100 / 3, "a quarter": 25, "一半": 50, "三分之一": 100 / 3, "四分之一": 25}
@@ -128,7 +137,7 @@ def find_share(text: str) -> tuple[float | None, bool]:
     for m in _SHARE.finditer(text):
         if m.group(1) and _READING_BEFORE.search(re.split(r"[.。;；\n]", text[max(0, m.start() - 60):m.start()])[-1]):
             continue
-        word = m.group(3) or m.group(4) or m.group(5)
+        word = m.group(3) or m.group(4) or m.group(5) or m.group(7)
         value = _FRACTIONS[word.lower()] if word else float(m.group(1) or m.group(2) or m.group(6))
         if 0 < value <= 100:
             return value / 100, m.group(1) is None
