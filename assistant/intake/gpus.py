@@ -14,16 +14,16 @@ _GPU_PATTERNS = [
     # datacenter / workstation: "A100", "H100 80G", "Tesla T4", "L40S"; a plural counts ("two A6000s")
     re.compile(r"(?<![\w])(?:tesla\s+)?(a100|a800|h100|h200|h800|h20|v100|a10g?|a30|a40|a6000|a5500|a5000|a4500|"
                r"a4000|a2000|l40s?|l20|l4|t4|p40|p100|k80)s?(?![\w])", ICASE),
-    # AMD: "RX 7900 XTX", "7900xtx", "MI300X"
-    re.compile(r"(?<![\w])(?:rx\s*)?(\d{4})\s*(xtx|xt)(?![\w])|(?<![\w])(rx)\s*(\d{4})(?![\w])"
+    # AMD: "RX 7900 XTX", "7900xtx", "7900 GRE", "MI300X"
+    re.compile(r"(?<![\w])(?:rx\s*)?(\d{4})\s*(xtx|xt|gre)(?![\w])|(?<![\w])(rx)\s*(\d{4})(?![\w])"
                r"|(?<![\w])(mi\d{3}x?)(?![\w])", ICASE),
     # Apple silicon (unified memory): "M2 Max", "M3 Ultra", "Mac mini M4", "Mac mini M4 Pro"
     re.compile(r"(?<![\w])(m[1-4])\s*(pro|max|ultra)(?![\w])"
                r"|(?:mac\s*(?:book\s*(?:pro|air)?|mini|studio)?|apple)\s*(m[1-4])(?:\s*(pro|max|ultra))?(?![\w])", ICASE),
     # Intel Arc, with the brand or (the desktop cards) without: "Arc A770", "A770 16G"
     re.compile(r"(?<![\w])arc\s*(a\d{3})(?![\w])|(?<![\w])(a(?:770|750|580|380|310))(?![\w])", ICASE),
-    # bare NVIDIA numbers: "4060", "3090ti", "2080 super", "4090D" (not 4096: only real models)
-    re.compile(r"(?<![\w.])((?:10[5-8]|16[56]|20[6-8]|30[5-9]|40[6-9]|50[6-9])0)\s*(ti\s*super|ti|super|d)?s?(?!\w|\.\d)"
+    # bare NVIDIA numbers: "4060", the laptop "4050", "3090ti", "2080 super", "4090D" (not 4096: only real models)
+    re.compile(r"(?<![\w.])((?:10[5-8]|16[56]|20[6-8]|30[5-9]|40[5-9]|50[6-9])0)\s*(ti\s*super|ti|super|d)?s?(?!\w|\.\d)"
                r"(?!\s*(?:k\b|tokens?|mib|mb|个|人))", ICASE),
 ]
 

@@ -13,18 +13,20 @@ _PAR_PATTERNS = [
     # short noun ("八个客服同时", "5 个分支并发", "两个 API client（n8n 和 Continue）同时"), but not
     # models or cards loaded together
     re.compile(r"(?<![A-Za-z0-9_])" + NUMWORD + r"\s*(?:(?:多|几|来)?(?:个|路|位|名)\s*"
-               r"(?:(?!(?:models?|gpus?|cards?)\b)[A-Za-z]+\s*){0,2}"
+               r"(?:(?!(?:models?|gpus?|cards?)\b)[A-Za-z][A-Za-z0-9]*\s*){0,2}"
                r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,3}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口|边)?)"
                r"\s*(?:[(（][^)）\n]{0,40}[)）])?\s*(?:同时|并发|一起(?!加载|载入|load)|并行)", ICASE),
     # people sharing one box: "6 个人共用一台 Mac Studio", "三个同事合用一张卡"
     re.compile(r"(?<![A-Za-z0-9_])" + NUMWORD + r"\s*(?:多|几|来)?(?:个|位|名)?\s*(?:人|同事|用户|学生|员工)\s*(?:共用|共享|合用)"),
     # "同时开 3 个会话", "同时 2 个请求", "同时发了 10 个请求"
-    re.compile(r"同时\s*(?:开|发|跑|用)?\s*(?:了)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
+    re.compile(r"同时\s*(?:开|发|跑|用|接|处理)?\s*(?:了)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
+    # "同时在线约 200 人": people online at once
+    re.compile(r"同时在线\s*(?:约|大约|大概|将近|差不多|超过)?\s*" + NUMWORD + r"\s*(?:多)?\s*(?:个|位|名)?\s*(?:人|用户)"),
     # "大概 6 路", "开了 8 路": a count of channels said alone (not "8 路并发", read above; "一路" is all along)
     re.compile(r"(?<![\w.])(\d+|[两俩三四五六七八九十]+)\s*路(?![\u4e00-\u9fff])"),
     # "3 users", "two browser tabs", "4 people", "4 at once", "two dozen agent workers", "two of us":
     # in this room a count of users is concurrency
-    re.compile(r"\b" + NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:[a-z]+\s+)?(?:users|people|ppl|folks|"
+    re.compile(r"\b" + NUMWORD + r"\s+(?:concurrent\s+|parallel\s+|simultaneous\s+)?(?:[a-z]+\s+){0,2}(?:users|people|ppl|folks|"
                r"persons?|staff|colleagues|coworkers|co-workers|employees|students|"
                r"clients|agents|workers|browser tabs|tabs|sessions|chats)\b|\b(?!one\s)" + NUMWORD + r"\s+(?:at once|of us)\b", ICASE),
     # "并发 4", "并发数设为4", "并行请求数: 2"
@@ -37,6 +39,9 @@ _PAR_PATTERNS = [
                r"workers|agents|processes|branches|jobs|tasks|scripts)\s+"
                r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel|"
                r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant))", ICASE),
+    # "~25 analysts run their reports at the same time": any plural noun, not models or cards loaded together
+    re.compile(r"\b" + NUMWORD + r"\s+(?!(?:models|gpus|cards|boxes|servers|nodes)\b)[a-z]+s\s+(?:\w+\s+){0,4}?"
+               r"(?:at once|at the same time|simultaneously|concurrently|in parallel)", ICASE),
     # "concurrency of 4", "OLLAMA_NUM_PARALLEL=4", "parallel 2", "--parallel 2"
     re.compile(r"(?:concurrency|parallelism|ollama_num_parallel|num_parallel|--parallel|(?<![\w-])parallel)"
                r"\s*(?:level\s*)?(?:of|=|:|to|is|at|set to|设成|设为|设置为|设置成|设到|改成|改为|调到|开到|是|为)?\s*(\d+)\b"

@@ -28,7 +28,7 @@ WHATS = ("oom", "crash", "slow", "hang", "cut", "unknown")
 _PHASE_OF_WHEN = {"load": "load", "long_input": "long_input", "concurrent": "concurrent", "over_time": "creeping"}
 _PHASE_OF_WHAT = {"slow": "slow", "cut": "long_input", "oom": "crash", "crash": "crash", "hang": "crash"}
 _NEGATION_BEFORE = re.compile(
-    r"(?:没有|没|不是|并非|并不是|无|不|no|not|without|never|isn't|aren't|wasn't|don't|doesn't|no\s+more)\s*(?:\w+\s+)?$",
+    r"(?:没有|没|不是|并非|并不是|无|不|no|not|without|never|isn't|aren't|wasn't|don't|doesn't|no\s+more)\s*(?:[开用发跑搞做]|\w+\s+)?$",
     _I,
 )
 _OLLAMA_RUN = re.compile(r"ollama\s+run\b", _I)

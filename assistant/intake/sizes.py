@@ -120,7 +120,7 @@ _SHARE = re.compile(
     r"|(?:(?:use|using|get|have|spare|give|allot|dedicate)\s+|用\s*)(?:it\s+|ollama\s+)?(?:only\s+|at most\s+)?(half|a third|a quarter)\s+"
     r"(?:of\s+)?(?:the\s+|my\s+|this\s+)?(?:card|gpu|vram|device|gpu memory|\d+(?:\.\d+)?\s*(?:gb|gib|g)\b)"
     r"|(?:只能|最多|只|可以)(?:用|占|分到)\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡)"
-    r"|(?:显存|显卡)\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)"
+    r"|(?:显存|显卡|卡)\s*(?:我|我们|ollama)?\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)"
     # the card first, then the share: "最多只能占整张 A100 的 40%"
     r"|(?:只能|最多|只|可以)(?:只能)?(?:用|占|使用|分到)\s*[^,。;\n%]{0,14}?的\s*(\d{1,3}(?:\.\d+)?)\s*%"
     # what someone hands the user: "只分给我一半显存", "分配给 ollama 三分之一的显存"
