@@ -13,6 +13,7 @@ from assistant.atomic import check_out_dir
 from assistant.deliver import deliver
 from assistant.i18n import catalog, set_lang, t
 from assistant.intake import parse as parse_intake
+from assistant.intake import when_model
 from assistant.session import Session
 from assistant.session_args import add_session_args, settle_s
 from assistant.ui import ChatUI, QuitSession
@@ -41,6 +42,7 @@ def run(args, console: Console | None = None, stream=None) -> int:
     check_out_dir(args.out)  # refused before the conversation, not after the measurements
     ui = ChatUI(console, stream=stream, auto=args.auto, lang=args.lang)
     console.print(Text(t("chat.hello"), style="bold"))
+    when_model.warm_up()  # fitted while the user types the first message
     try:
         first = ui.read("")
         intake = parse_intake(first)

@@ -95,3 +95,23 @@ def test_every_example_has_a_when_of_the_axis():
     from assistant.intake.phase import WHENS
 
     assert {when for _, when in when_model.examples()} == set(WHENS)
+
+
+def test_a_model_that_cannot_be_fitted_leaves_the_cues_and_what_reading(monkeypatch):
+    monkeypatch.delenv("OOMVET_RAISE", raising=False)
+
+    def broken():
+        raise ImportError("no sklearn here")
+
+    monkeypatch.setattr(when_model, "_model", broken)
+    got = parse(UNCUED[0][0] + "，显卡 3060 12G")
+    assert got.when == "unknown" and got.what == "crash" and got.phase == "crash" and got.gpu == "3060"
+
+
+def test_warm_up_fits_once_in_the_background(monkeypatch):
+    calls = []
+    monkeypatch.setattr(when_model, "_FITTED", [])
+    monkeypatch.setattr(when_model, "fit", lambda pairs: calls.append(len(pairs)) or "fitted")
+    when_model.warm_up()
+    assert when_model._model() == "fitted"  # waits for the background fit, does not fit again
+    assert len(calls) == 1 and calls[0] > 400

@@ -13,16 +13,19 @@ answer counts only at ``MIN_PROBABILITY`` or above and for a message of
 ``MIN_LENGTH`` or more, and a phase it decided is
 marked weak (a chat model's reading may override it).
 
-Fitting is deterministic (same corpus, same coefficients) and takes about a
-second on two cores; it happens once per process, at the first message that
-needs it. The held-out corpus (``tests/data/intake/``) is never in the
+Fitting is deterministic (same corpus, same coefficients) and takes about
+4 s on two cores with the import; it happens once per process, at the first
+message that needs it, or in the background from :func:`warm_up` (the chat
+starts it before the user's first message). If it cannot fit, the message is
+read without it. The held-out corpus (``tests/data/intake/``) is never in the
 package, so it stays unseen by this model too. ``bench/intake_when_model.py``
 prints how the choices below were measured.
 """
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -94,9 +97,26 @@ def _wide(ch: str) -> bool:
     return "\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af"
 
 
-@lru_cache(maxsize=1)
+_LOCK = threading.Lock()
+_FITTED: list = []
+
+
 def _model():
-    return fit(examples())
+    with _LOCK:  # one fit per process, whichever thread asks first
+        if not _FITTED:
+            _FITTED.append(fit(examples()))
+        return _FITTED[0]
+
+
+def warm_up() -> None:
+    """Fit in the background: the chat starts this while the user types, so
+    the first message does not wait for it (about 4 s on two cores)."""
+    def fit_quietly():
+        try:
+            _model()
+        except Exception:  # noqa: BLE001 - the message's own call reports it
+            pass
+    threading.Thread(target=fit_quietly, name="oomvet-when-model", daemon=True).start()
 
 
 def guess_when(text: str, model=None) -> Guess | None:
@@ -104,7 +124,13 @@ def guess_when(text: str, model=None) -> Guess | None:
     model says "unknown", is not sure enough, or the text is too short."""
     if sum(2 if _wide(ch) else 1 for ch in text.strip()) < MIN_LENGTH:
         return None
-    model = model if model is not None else _model()
+    if model is None:
+        try:
+            model = _model()
+        except Exception:  # noqa: BLE001 - without the model the cues and "what" still read the message
+            if os.environ.get("OOMVET_RAISE"):
+                raise
+            return None
     probabilities = model.predict_proba([text])[0]
     best = int(probabilities.argmax())
     when, probability = str(model.classes_[best]), float(probabilities[best])
