@@ -85,9 +85,12 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 # to the conventions); heldout7 after that tuning: unchanged. Cue tuning on a
 # dev batch barely carries over to a new writer; the learned reader does.
 # Over the seven held-out batches (338): when 314 (92.9%), what 313 (92.6%),
-# phase 312 (92.3%), budget 315 (93.2%); every other field >= 96.4%.
+# phase 312 (92.3%), budget 315 (93.2%); every other field >= 96.4%. The
+# learned reader's threshold then moved from 0.5 to 0.4, chosen by replaying
+# rounds 3-7 on dev data (bench/intake_when_model.py --sweep); the held-out
+# part, scored once after: phase 313 (92.6%), the rest unchanged.
 # strict: a mark must go when its field reaches the goal.
-_SHORT_OF_GOAL = {"when": "92.9%", "what": "92.6%", "phase": "92.3%", "budget": "93.2%"}
+_SHORT_OF_GOAL = {"when": "92.9%", "what": "92.6%", "phase": "92.6%", "budget": "93.2%"}
 
 
 @pytest.mark.parametrize("field", [
