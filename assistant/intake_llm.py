@@ -184,7 +184,7 @@ def combine(parser: Intake, llm: Intake | LlmReading | None) -> tuple[Intake, di
         else:
             won[name] = "parser"
     if "phase" in fill:
-        fill["phase_cue"] = llm.phase_cue
+        fill.update(phase_cue=llm.phase_cue, when=llm.when, what=llm.what, when_learned=False)
     if "want_ctx" in fill:
         fill["ctx_estimated"] = False
     if "budget" in fill:

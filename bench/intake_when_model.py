@@ -9,7 +9,7 @@ the pinned tables. The figure is how many phases it changes from wrong to
 right and from right to wrong. The held-out corpus is never read here.
 
     .venv/bin/python bench/intake_when_model.py             # the chosen settings
-    .venv/bin/python bench/intake_when_model.py --sweep     # thresholds 0.4-0.7
+    .venv/bin/python bench/intake_when_model.py --sweep     # thresholds 0.3-0.7
 
 Needs the git history (a clone, not an sdist).
 """
@@ -50,7 +50,8 @@ from assistant.intake import phase
 if hasattr(phase, "guess_when"):  # from round 6 on: the cues alone, as the rounds before had them
     phase.guess_when = lambda text: None
 rows = yaml.safe_load(open(sys.argv[1], encoding="utf-8"))
-print(json.dumps([{"when": getattr(g, "when", "unknown"), "what": getattr(g, "what", "unknown"), "phase": g.phase}
+print(json.dumps([{"when": getattr(g, "when", "unknown"), "what": getattr(g, "what", "unknown"), "phase": g.phase,
+                   "error": g.error}
                   for g in (parse(r["text"]) for r in rows)]))
 """
 
@@ -80,7 +81,7 @@ def replay(threshold: float, pinned: bool = True) -> list[tuple[str, int, int, i
             right = fixed = broken = asked = 0
             for row, got in zip(rows, old):
                 phase = got["phase"]
-                if got["when"] == "unknown" and got["what"] != "unknown":
+                if got["when"] == "unknown" and (got["what"] != "unknown" or got["error"]):
                     guess = when_model.guess_when(normalise(row["text"]), model)
                     if guess is not None:
                         asked += 1
@@ -97,13 +98,13 @@ def replay(threshold: float, pinned: bool = True) -> list[tuple[str, int, int, i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="replay the intake's tuning rounds with the learned when reader")
-    parser.add_argument("--sweep", action="store_true", help="try thresholds 0.4 to 0.7, with and without the pinned tables")
+    parser.add_argument("--sweep", action="store_true", help="try thresholds 0.3 to 0.7, with and without the pinned tables")
     args = parser.parse_args()
     started = time.monotonic()
     model = when_model.fit(when_model.examples())
     print(f"fit on the whole package corpus ({len(when_model.examples())} examples): "
           f"{time.monotonic() - started:.2f} s, classes {', '.join(map(str, model.classes_))}")
-    settings = [(t, p) for t in (0.4, 0.5, 0.6, 0.7) for p in (True, False)] if args.sweep \
+    settings = [(t, p) for t in (0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7) for p in (True, False)] if args.sweep \
         else [(when_model.MIN_PROBABILITY, True)]
     for threshold, pinned in settings:
         print(f"\nthreshold {threshold}, pinned tables {'in' if pinned else 'out'}:")

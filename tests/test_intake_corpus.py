@@ -1,6 +1,6 @@
 """The intake against the labelled corpus (dev: assistant/intake/corpus/,
 held-out: tests/data/intake/): on the
-held-out 30%, which is never tuned on, the phase and every field an expert
+held-out part (39% of the corpus; never tuned on), the phase and every field an expert
 reads must be right for at least 95% of the messages. The per-field figures
 are printed (pytest -s) and the phase confusion table comes from
 bench/intake_confusion.py."""
@@ -88,9 +88,13 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 # phase 312 (92.3%), budget 315 (93.2%); every other field >= 96.4%. The
 # learned reader's threshold then moved from 0.5 to 0.4, chosen by replaying
 # rounds 3-7 on dev data (bench/intake_when_model.py --sweep); the held-out
-# part, scored once after: phase 313 (92.6%), the rest unchanged.
+# part, scored once after: phase 313 (92.6%), the rest unchanged. A review
+# then narrowed cues that fired on ordinary text ("同时接了两块显卡", "ollama
+# only uses the last GPU", "after 1 request") and kept the learned reader from
+# guessing back a time the user denied; scored once after: when 313 (92.6%),
+# phase 312 (92.3%), want_parallel 325 (96.2%), the rest unchanged.
 # strict: a mark must go when its field reaches the goal.
-_SHORT_OF_GOAL = {"when": "92.9%", "what": "92.6%", "phase": "92.6%", "budget": "93.2%"}
+_SHORT_OF_GOAL = {"when": "92.6%", "what": "92.6%", "phase": "92.3%", "budget": "93.2%"}
 
 
 @pytest.mark.parametrize("field", [

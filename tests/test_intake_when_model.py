@@ -3,12 +3,15 @@ where no cue places a message in time, only for a message that reports
 trouble and is long enough to learn from, and its reading is weak evidence."""
 from __future__ import annotations
 
+import re
+
 import pytest
+import yaml
 
 from assistant.intake import merge, parse
 from assistant.intake import when_model
 from assistant.intake.text import normalise
-from tests.intake_table import load_corpus
+from tests.intake_table import HELDOUT_CORPUS
 
 pytestmark = pytest.mark.usefixtures("raise_errors")
 
@@ -36,7 +39,7 @@ def test_a_message_no_cue_places_in_time_gets_the_learned_when_marked_weak(text,
     got = parse(text)
     assert got.when == when
     assert got.phase_cue.startswith("learned from examples (") and got.phase_cue.endswith("%)")
-    assert "phase" in got.weak  # a chat model's reading may override it
+    assert "phase" in got.weak and got.when_learned  # a chat model's reading may override it
 
 
 @pytest.mark.parametrize("text", [
@@ -62,11 +65,11 @@ def test_a_learned_phase_in_a_later_message_does_not_replace_a_cued_one():
     later = parse(UNCUED[0][0])
     assert later.phase == "load" and "phase" in later.weak
     both = merge(first, later)
-    assert both.phase == "long_input" and "phase" not in both.weak
+    assert both.phase == "long_input" and "phase" not in both.weak and not both.when_learned
     # while a learned phase does fill one nobody stated, and stays weak
     unknown = parse("qwen2.5:7b")
     filled = merge(unknown, later)
-    assert filled.phase == "load" and "phase" in filled.weak
+    assert filled.phase == "load" and "phase" in filled.weak and filled.when_learned
 
 
 def test_the_threshold_decides(monkeypatch):
@@ -84,11 +87,17 @@ def test_fitting_is_deterministic():
     assert (a.predict_proba([text]) == b.predict_proba([text])).all()
 
 
+def _squashed(text: str) -> str:
+    return re.sub(r"[\W_]+", "", normalise(text)).lower()
+
+
 def test_the_model_learns_only_from_the_package_corpus_never_the_held_out_part():
-    learned = {text for text, _ in when_model.examples()}
-    held = {normalise(row["text"]) for row in load_corpus("heldout")}
-    assert len(learned) > 400 and not learned & held
-    assert all(path.name.startswith(("dev", "pinned_")) for path in when_model.CORPUS.glob("*.yaml"))
+    learned = {_squashed(text) for text, _ in when_model.examples()}
+    held = {_squashed(row["text"]) for path in sorted(HELDOUT_CORPUS.glob("*.yaml"))
+            for row in yaml.safe_load(path.read_text(encoding="utf-8"))}
+    assert len(learned) > 400 and len(held) >= 300 and not learned & held
+    assert not any("heldout" in path.name for path in when_model.CORPUS.rglob("*"))
+    assert {path.suffix for path in when_model.CORPUS.iterdir()} == {".yaml"}
 
 
 def test_every_example_has_a_when_of_the_axis():
@@ -108,10 +117,58 @@ def test_a_model_that_cannot_be_fitted_leaves_the_cues_and_what_reading(monkeypa
     assert got.when == "unknown" and got.what == "crash" and got.phase == "crash" and got.gpu == "3060"
 
 
-def test_warm_up_fits_once_in_the_background(monkeypatch):
-    calls = []
+def test_warm_up_fits_in_the_background_and_a_message_waits_for_that_fit(monkeypatch):
+    import threading
+
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def slow_fit(pairs):
+        calls.append(len(pairs))
+        started.set()
+        release.wait(5)
+        return "fitted"
+
     monkeypatch.setattr(when_model, "_FITTED", [])
-    monkeypatch.setattr(when_model, "fit", lambda pairs: calls.append(len(pairs)) or "fitted")
+    monkeypatch.setattr(when_model, "_FAILED", [])
+    monkeypatch.setattr(when_model, "fit", slow_fit)
     when_model.warm_up()
+    assert started.wait(5), "warm_up did not start a fit"
+    release.set()
     assert when_model._model() == "fitted"  # waits for the background fit, does not fit again
     assert len(calls) == 1 and calls[0] > 400
+
+
+def test_a_fit_that_failed_is_not_tried_again(monkeypatch):
+    calls = []
+    monkeypatch.setattr(when_model, "_FITTED", [])
+    monkeypatch.setattr(when_model, "_FAILED", [])
+    monkeypatch.setattr(when_model, "fit", lambda pairs: calls.append(1) or (_ for _ in ()).throw(ImportError("x")))
+    monkeypatch.delenv("OOMVET_RAISE", raising=False)
+    text = normalise(UNCUED[0][0])
+    assert when_model.guess_when(text) is None and when_model.guess_when(text) is None
+    assert calls == [1]
+
+
+def test_only_the_start_of_a_long_paste_is_read():
+    seen = []
+
+    class Stub:
+        classes_ = ["load", "unknown"]
+
+        def predict_proba(self, texts):
+            seen.append(len(texts[0]))
+            import numpy
+
+            return numpy.array([[0.9, 0.1]])
+
+    guess = when_model.guess_when("x" * 1_000_000, Stub())
+    assert guess == when_model.Guess("load", 0.9) and seen == [when_model.MAX_CHARS]
+
+
+def test_a_denied_time_is_not_guessed_back():
+    got = parse("it doesn't crash at load, loading is fine, it dies later while we chat for a bit")
+    assert got.when != "load" and not got.when_learned
+
+
+def test_a_later_what_only_phase_still_replaces_an_earlier_one():
+    assert merge(parse("一加载就爆显存"), parse("现在变得很慢")).phase == "slow"

@@ -6,8 +6,9 @@ people do in forum posts ("4060 8G，上下文开到 32k 就报 cudaMalloc faile
 :class:`Intake`: the symptom phase, the model tag, the context, concurrency and
 memory budget asked for, the GPU, the error text quoted from Ollama or CUDA,
 and whether the context may shrink. It is deterministic: regular expressions
-and a fixed precedence between phase cues, no I/O, so the same message always
-yields the same facts and every phase comes with the cue that decided it. Where
+and a fixed precedence between phase cues, no network, so the same message
+always yields the same facts and every phase comes with the cue that decided
+it. Where
 no cue says *when*, a classifier fitted on the packaged development corpus
 (``when_model``) may place it, and says so in the cue. It never raises for any string; text it cannot read is phase
 ``unknown``. Optional help from a chat model lives in :mod:`assistant.intake_llm`.
@@ -109,6 +110,7 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         what=what,
         budget_share=share,
         ctx_estimated=bool(estimated),
+        when_learned=learned,
         weak=tuple(name for name, guessed in (("model", model is not None and not model_sure),
                                                ("want_ctx", bool(estimated)),
                                                ("phase", when == "unknown" or learned)) if guessed),
@@ -125,10 +127,11 @@ def merge(base: Intake, newer: Intake) -> Intake:
         changes["budget_share"] = None
     elif newer.budget_share is not None:
         changes["budget"] = None
-    # a phase read from weak evidence does not replace one a cue gave earlier
-    stronger = "phase" not in newer.weak or base.phase == "unknown" or "phase" in base.weak
-    if newer.phase != "unknown" and stronger:
-        changes.update(phase=newer.phase, phase_cue=newer.phase_cue, when=newer.when, what=newer.what)
+    # a phase the learned reader gave does not replace one a cue gave earlier
+    guess_over_cue = newer.when_learned and base.phase != "unknown" and not base.when_learned
+    if newer.phase != "unknown" and not guess_over_cue:
+        changes.update(phase=newer.phase, phase_cue=newer.phase_cue, when=newer.when, what=newer.what,
+                       when_learned=newer.when_learned)
     changes["weak"] = tuple(name for name in ("model", "want_ctx", "phase")
                             if name in (newer.weak if name in changes else base.weak))
     if not has_words(base.text):

@@ -40,7 +40,7 @@ _PAR_PATTERNS = [
                r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel|"
                r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant))", ICASE),
     # "~25 analysts run their reports at the same time": any plural noun, not models or cards loaded together
-    re.compile(r"\b" + NUMWORD + r"\s+(?!(?:models|gpus|cards|boxes|servers|nodes)\b)[a-z]+s\s+(?:\w+\s+){0,4}?"
+    re.compile(r"\b" + NUMWORD + r"\s+(?!(?:models|gpus|cards|boxes|servers|nodes|layers|tensors|threads|cores|tokens|bytes|files|pages|chunks)\b)[a-z]+s\s+(?:\w+\s+){0,4}?"
                r"(?:at once|at the same time|simultaneously|concurrently|in parallel)", ICASE),
     # "concurrency of 4", "OLLAMA_NUM_PARALLEL=4", "parallel 2", "--parallel 2"
     re.compile(r"(?:concurrency|parallelism|ollama_num_parallel|num_parallel|--parallel|(?<![\w-])parallel)"

@@ -34,7 +34,7 @@ _NEGATION_BEFORE = re.compile(
 _OLLAMA_RUN = re.compile(r"ollama\s+run\b", _I)
 # a cause the user only asks about ("是 num_predict 的问题还是显存不够？", "is it running out of memory?")
 # is a guess, not a symptom
-_GUESS_BEFORE = re.compile(r"(?:还是|是不是|是否|会不会|难道是?|\bor\s+is\s+it|\bis\s+(?:it|this|that))\s*(?:\w+\s+)?$", _I)
+_GUESS_BEFORE = re.compile(r"(?:还是|是不是|是否|会不会|难道是?|\bor\s+is\s+it)\s*(?:\w+\s+)?$", _I)
 _QUESTION_AFTER = re.compile(r"^[^。,，.;；!！\n]{0,8}?(?:[?？]|吗|呢)")
 
 
@@ -80,6 +80,8 @@ def lexicon(axis: str) -> Lexicon:
 
 
 def _first(cues, text: str, negatable: bool = False) -> str | None:
+    """The first cue matched in ``text``; with ``negatable``, one the user denies
+    ("it doesn't crash at load") or only asks about ("是不是爆显存了？") does not count."""
     for cue in cues:
         for m in cue.pattern.finditer(text):
             if negatable:
@@ -92,14 +94,16 @@ def _first(cues, text: str, negatable: bool = False) -> str | None:
     return None
 
 
-def _read(axis: str, prose: str, error: str, failed: bool) -> tuple[str, str | None]:
+def _read(axis: str, prose: str, error: str, failed: bool, denials: bool = True) -> tuple[str, str | None]:
+    """``(value, cue)`` on one axis; ``denials=False`` counts denied cues too
+    (and a group's ``unless`` exception, "loading is fine", denies it as well)."""
     lex = lexicon(axis)
     for group in lex.groups:
         if group.only_if_failed and not failed:
             continue
-        if group.unless and _first(lex.exceptions[group.unless], prose):
+        if group.unless and denials and _first(lex.exceptions[group.unless], prose):
             continue
-        cue = _first(group.cues, prose, group.negatable) or (_first(group.cues, error) if group.in_error else None)
+        cue = _first(group.cues, prose, group.negatable and denials) or (_first(group.cues, error) if group.in_error else None)
         if cue:
             return group.value, cue
     return "unknown", None
@@ -122,8 +126,12 @@ def read_symptom(full: str, prose: str, error: str | None,
     if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash"):
         when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading
     learned = False
-    if when == "unknown" and (what != "unknown" or error):  # no trouble reported: a question, not a symptom
+    # asked only where the message reports trouble (no trouble: a question, not a symptom); a time the
+    # user denied ("it doesn't crash at load, it dies later") must not come back as the guess
+    if when == "unknown" and (what != "unknown" or error):
         guess = guess_when(full)
+        if guess is not None and guess.when == _read("when", prose, err, failed, denials=False)[0]:
+            guess = None
         if guess is not None:
             when, when_cue, learned = guess.when, guess.cue, True
     if when != "unknown":

@@ -14,7 +14,7 @@ answer counts only at ``MIN_PROBABILITY`` or above and for a message of
 marked weak (a chat model's reading may override it).
 
 Fitting is deterministic (same corpus, same coefficients) and takes about
-4 s on two cores with the import; it happens once per process, at the first
+5 s on two cores with the import (more on a busy machine); it happens once per process, at the first
 message that needs it, or in the background from :func:`warm_up` (the chat
 starts it before the user's first message). If it cannot fit, the message is
 read without it. The held-out corpus (``tests/data/intake/``) is never in the
@@ -40,12 +40,16 @@ CORPUS = Path(__file__).parent / "corpus"
 #: net (+34 over 380 messages), in the middle of a flat 0.35-0.45 plateau;
 #: 0.5, chosen when only rounds 3-5 existed, gained 29.
 MIN_PROBABILITY = 0.4
-#: inverse regularisation of the logistic regression, chosen the same way
+#: inverse regularisation of the logistic regression: 30 did best of 10, 30
+#: and 100 on the first replay (rounds 3-5, threshold 0.5); not swept since
 REGULARISATION_C = 30.0
 #: a message shorter than about a sentence (a CJK character counts two) is too
 #: little to learn from: "it crashes" or "8k" stay with the cues. Every message
 #: the replay moved was longer than this.
 MIN_LENGTH = 40
+#: only the start of a long paste is read: every training message is shorter
+#: than this, and a 1 MB log would cost seconds and hundreds of MB of n-grams
+MAX_CHARS = 4000
 NGRAMS = (1, 4)
 
 
@@ -100,14 +104,27 @@ def _wide(ch: str) -> bool:
 
 
 _LOCK = threading.Lock()
-_FITTED: list = []
+_FITTED: list = []   # the fitted model, once there is one
+_FAILED: list = []   # why it could not be fitted: not tried again in this process
 
 
 def _model():
-    with _LOCK:  # one fit per process, whichever thread asks first
+    # a timed wait, not a plain acquire: Ctrl-C must reach the chat while the
+    # background fit holds the lock (a plain acquire cannot be interrupted on Windows)
+    while not _LOCK.acquire(timeout=0.2):
+        pass
+    try:  # one fit per process, whichever thread asks first
+        if _FAILED:
+            raise _FAILED[0]
         if not _FITTED:
-            _FITTED.append(fit(examples()))
+            try:
+                _FITTED.append(fit(examples()))
+            except Exception as exc:  # noqa: BLE001 - kept, so each later message skips the model at once
+                _FAILED.append(exc)
+                raise
         return _FITTED[0]
+    finally:
+        _LOCK.release()
 
 
 def warm_up() -> None:
@@ -124,6 +141,7 @@ def warm_up() -> None:
 def guess_when(text: str, model=None) -> Guess | None:
     """The learned *when* of ``text`` (already normalised), or None when the
     model says "unknown", is not sure enough, or the text is too short."""
+    text = text[:MAX_CHARS]
     if sum(2 if _wide(ch) else 1 for ch in text.strip()) < MIN_LENGTH:
         return None
     if model is None:
