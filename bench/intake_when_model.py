@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from assistant.intake import when_model  # noqa: E402
+from assistant.intake.phase import _PHASE_OF_WHEN  # noqa: E402  (the phase a learned *when* gives)
 from assistant.intake.text import normalise  # noqa: E402
 
 #: (commit the intake stood at before the round's tuning, batch tuned on, batches before it)
@@ -42,7 +43,6 @@ ROUNDS = (
     ("ed5572c", "dev6", ("dev", "dev2", "dev3", "dev4", "dev5")),
     ("070cf92", "dev7", ("dev", "dev2", "dev3", "dev4", "dev5", "dev6")),
 )
-_PHASE_OF_WHEN = {"load": "load", "long_input": "long_input", "concurrent": "concurrent", "over_time": "creeping"}
 _READ = """
 import json, sys, yaml
 from assistant.intake import parse

@@ -8,10 +8,9 @@ memory budget asked for, the GPU, the error text quoted from Ollama or CUDA,
 and whether the context may shrink. It is deterministic: regular expressions
 and a fixed precedence between phase cues, no network, so the same message
 always yields the same facts and every phase comes with the cue that decided
-it. Where
-no cue says *when*, a classifier fitted on the packaged development corpus
-(``when_model``) may place it, and says so in the cue. It never raises for any string; text it cannot read is phase
-``unknown``. Optional help from a chat model lives in :mod:`assistant.intake_llm`.
+it. Where no cue says *when*, a classifier fitted on the packaged development
+corpus (``when_model``) may place it, and says so in the cue. It never raises
+for any string; text it cannot read is phase ``unknown``. Optional help from a chat model lives in :mod:`assistant.intake_llm`.
 
 Each field has a reader of its own in this package (``error_text``, ``model_names``,
 ``context``, ``parallel``, ``gpus``, ``sizes``, ``keep_context``, ``phase``); the cue
