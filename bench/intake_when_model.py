@@ -42,6 +42,9 @@ ROUNDS = (
     ("a3fb82d", "dev5", ("dev", "dev2", "dev3", "dev4")),
     ("ed5572c", "dev6", ("dev", "dev2", "dev3", "dev4", "dev5")),
     ("070cf92", "dev7", ("dev", "dev2", "dev3", "dev4", "dev5", "dev6")),
+    # round 8 had two batches from two writers, both tuned on at once
+    ("a326148", "dev8", ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7")),
+    ("a326148", "dev9", ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7")),
 )
 _READ = """
 import json, sys, yaml

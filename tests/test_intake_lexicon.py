@@ -52,9 +52,56 @@ def test_every_cue_has_an_example():
     ("跑了一个就爆", "when", "over_time"),                   # one request, not the N-th item of a batch
     ("crashes after 1 request", "when", "over_time"),
     ("offloads 33 layers in parallel", "want_parallel", 33),
+    # round 8: each new cue against an ordinary sentence it must leave alone
+    ("the fridge freezer is full", "what", "hang"),
+    ("it freezes for a second, then the runner crashes", "what", "hang"),  # a moment's freeze, then the crash
+    ("日志里查不出东西，它直接崩了", "what", "hang"),       # nothing found in the log, not nothing generated
+    ("我让它写第一章，它瞎编了一个名字", "what", "cut"),     # asked to write, not asked about the start
+    ("prompt 的 token 数降到 2000 就不崩了", "what", "slow"),  # a token count, not a rate
+    ("显存从 8G 掉到 2G", "what", "slow"),
+    ("我们要等 10 分钟后再试", "what", "slow"),               # a plan, not a wait for an answer
+    ("每次都要等两分钟，然后报错退出", "what", "slow"),        # the wait ends in a failure
+    ("减不减上下文都无所谓", "keep_context", True),
+    ("要不减一下上下文试试", "keep_context", True),           # "how about reducing it"
+    ("I don't mind a smaller model", "keep_context", False),
+    ("十几个同事一起用就崩", "want_parallel", 10),            # a rough size, not a count
+    ("I have two kids so I only tinker at night", "want_parallel", 2),
+    ("the two files both use utf-8", "want_parallel", 2),
+    ("a group of 4 GPUs", "want_parallel", 4),
+    ("two apps share one folder", "want_parallel", 2),
+    ("I sent 8 requests in a row and all were fine", "want_parallel", 8),
+    ("we indexed 50k docs", "want_ctx", 51200),
+    ("the prompt is 40k characters, num_ctx 16k", "want_ctx", 40960),  # a length of text, estimated
+    ("I've been up all night with this", "when", "over_time"),
 ])
 def test_a_decoy_does_not_trip_a_cue(text, field, wrong):
     assert getattr(parse(text), field) != wrong
+
+
+@pytest.mark.parametrize("text,field,value", [
+    # round 8: the new cues fire on sentences of our own wording
+    ("My three roommates all use the same ollama box and it OOMs", "want_parallel", 3),
+    ("Our office of 4 shares one 3090 and requests fail", "want_parallel", 4),
+    ("a 5-person team uses it all day and it crashes with 500", "want_parallel", 5),
+    ("12 requests in flight and it starts returning 500", "want_parallel", 12),
+    ("同时 3 个 request 进来就爆显存", "want_parallel", 3),
+    ("Two bots share one ollama and both crash", "want_parallel", 2),
+    ("本来每秒二十个 token，三个人一起用就降到 3 个", "what", "slow"),
+    ("the reply that took 4 seconds yesterday takes 45 today", "what", "slow"),
+    ("问它前面说了什么，它不记得", "what", "cut"),
+    ("跑 llama3 一直报 error loading model，linux 系统", "error", "error loading model"),
+    ("显存不够，一直报 out of memory，换小模型也一样", "error", "out of memory"),
+    ("client 显示 `Post \"http://localhost:11434/api/generate\": EOF`", "error", 'Post "http://localhost:11434/api/generate": EOF'),
+    ("直接报 502 Internal Server Error，没有别的", "error", "502 Internal Server Error"),
+    ("Token limit 设成 4096 也没用", "want_ctx", 4096),
+    ("the prompt is 40k characters, num_ctx 16k", "want_ctx", 16384),
+    ("a 120k+ character log", "want_ctx", 30000),
+    ("在不降低上下文的前提下能解决吗", "keep_context", True),
+    ("we wouldn't mind a shorter context", "keep_context", False),
+    ("改成单线程以后从来没出过问题，8 个线程就挂", "when", "concurrent"),
+])
+def test_a_new_phrasing_is_read(text, field, value):
+    assert getattr(parse(text), field) == value
 
 
 @pytest.mark.parametrize("text,what", [

@@ -209,6 +209,19 @@ def test_a_pasted_log_line_without_quotes_is_the_error(text, error):
     assert parse(text).error == error
 
 
+@pytest.mark.parametrize("text,error", [
+    # an HTTP status says only that a request failed: a specific text elsewhere is the error
+    ("the UI shows a 500 Internal Server Error and the log says CUDA error: out of memory", "CUDA error: out of memory"),
+    ("页面弹出 500 Internal Server Error，日志里是 cudaMalloc failed: out of memory", "cudaMalloc failed: out of memory"),
+    # unless it is all there is, or Ollama's own text follows it
+    ("got a 500 Internal Server Error when I pasted the doc", "500 Internal Server Error"),
+    ("Error: 500 Internal Server Error: llama runner process has terminated: exit status 2",
+     "500 Internal Server Error: llama runner process has terminated: exit status 2"),
+])
+def test_a_bare_http_status_yields_to_a_specific_error(text, error):
+    assert parse(text).error == error
+
+
 @pytest.mark.parametrize("text,keep", [
     ("上下文半点都不能少", True),
     ("不想缩短上下文", True),
@@ -268,6 +281,40 @@ def test_a_gpu_written_short_or_plural_is_read(text, gpu):
 def test_a_budget_handed_to_ollama_or_read_off_a_tool(text, budget):
     got = parse(text)
     assert (got.budget, got.budget_share) == (budget, None)
+
+
+@pytest.mark.parametrize("text,budget", [
+    # the card's size less what something else holds is what is free
+    ("3090 一共 24 个 G，已经被别的进程吃掉 18 个", 6 * GiB),
+    ("4080 16G，不过 Blender 那边也开着，占了差不多 5G", 11 * GiB),
+    ("6 of my 8 GB are already taken by the desktop", 2 * GiB),
+    ("a 12GB card with about 3GB used by Chrome", 9 * GiB),
+    ("nvidia-smi shows 512MiB / 8192MiB before loading anything", 7680 * MiB),
+    # a total: across cards, or as a tool reports it after the model grew into it
+    ("两块 3090 24G，总共 48G", 48 * GiB),
+    ("two 4060 Ti 16G×2 in one box", 32 * GiB),
+    ("after a day nvidia-smi shows 11900MiB / 12288MiB and then OOM", 12288 * MiB),
+    ("the laptop's 3050 is empty, 4096MiB total", 4096 * MiB),
+    # a unit said once, a number with 点几, a size in thousands of 兆
+    ("16 gigs total, nvidia-smi says ~13.5 free", int(13.5 * GiB)),
+    ("显存只剩 5 点几 G", 5 * GiB),
+    ("还剩两千兆左右", 2000 * MiB),
+    # the card's size said as a belief, or as not enough
+    ("I assumed 12GB would be enough for a 14b", 12 * GiB),
+    ("按理说 16G 跑 14b 没问题吧", 16 * GiB),
+    ("are 8 gigs really not enough for this?", 8 * GiB),
+    # what the model itself holds is not taken from the budget; "一些" is not a number
+    ("4060 Ti 16G，GPU 只吃了八个G左右", 16 * GiB),
+    ("卡是 3060 12G，桌面占了一些", 12 * GiB),
+])
+def test_a_budget_said_as_a_sum_is_read(text, budget):
+    got = parse(text)
+    assert (got.budget, got.budget_share) == (budget, None)
+
+
+@pytest.mark.parametrize("text", ["With parallel at 1 it was 100% GPU", "on my 3090 it runs 70% GPU, 30% CPU"])
+def test_where_a_model_ran_is_not_a_share(text):
+    assert parse(text).budget_share is None
 
 
 @pytest.mark.parametrize("text,share", [

@@ -10,7 +10,7 @@ from assistant.intake.text import ICASE
 
 
 _K = r"(\d+(?:\.\d+)?)\s?(k|K)?"
-_CTX_WORD = (r"(?:ollama_context_length|context_length|num_ctx|n_ctx|ctx[-_ ]?size|--ctx-size|"
+_CTX_WORD = (r"(?:ollama_context_length|context_length|num_ctx|n_ctx|ctx[-_ ]?size|--ctx-size|token[-_ ]?limit|"
              r"context(?:[-_ ](?:window|length|size|len))?|上下文(?:长度|窗口)?|ctx)")
 _NOT_TOKENS_AFTER = (r"(?!\s*(?:%|g\b|gb|gib|m\b|mb|mib|t\b|tb|个?\s*(?:人|用户|并发|请求)|"
                      r"users?\b|people\b|requests?\b|b\b|bit|层|layers?\b|[/／]s))")
@@ -22,7 +22,10 @@ _CTX_PATTERNS = [
     # "6000-token prompt", "32k tokens" (not speeds: "5 tokens/s", "每秒 3 个 token")
     re.compile(r"(?<![\w.])" + _K + r"[\s-]*(?:个\s*)?tokens?\b(?!\s*(?:/|per\b|每))", ICASE),
     # a bare "128k", "超过 8k": in this room a k-number is a context size
-    re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(k|K)(?![a-zA-Z\d])(?!\s*(?:requests|users|downloads|stars|次|条))", ICASE),
+    # (not a length of text, "40k characters", "200k+ chars": estimate_ctx reads those)
+    re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(k|K)(?![a-zA-Z\d])(?!\s*(?:requests|users|downloads|stars|"
+               r"docs|documents|files|rows|records|items|images|chunks|次|条))"
+               r"(?!\+?\s*(?:characters?|chars|words?|字|词|lines|行)\b)", ICASE),
     # llama.cpp's "-c 32768"
     re.compile(r"(?<![\w-])-c\s+(\d+)()\b"),
 ]
@@ -65,7 +68,7 @@ CHARS_PER_EN_TOKEN = 4.0
 TOKENS_PER_EN_WORD = 4 / 3
 _ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万|千)?(?:\s*([\d一二两三四五六七八九])\s*(?:千|百)?)?"
                        r"\s*(?:多)?\s*(?:个)?\s*(字|单?词)(?!节)")
-_EN_LENGTH = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(k)?[- ]?(characters?|chars|words?)\b", ICASE)
+_EN_LENGTH = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(k)?\+?[- ]?(characters?|chars|words?)\b", ICASE)
 
 
 def estimate_ctx(text: str) -> int | None:

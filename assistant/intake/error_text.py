@@ -29,7 +29,7 @@ QUOTES = [
 _ERRORISH = re.compile(
     r"error|fail|out of memory|\boom\b|terminated|unable to|cannot|can't|panic|assert|"
     r"exception|killed|segmentation|abort|timed out|not found|requires more|stopped|"
-    r"exit status|exceeded|no longer running|报错|错误|失败",
+    r"exit status|exceeded|no longer running|\bEOF\b|connection (?:reset|refused)|报错|错误|失败",
     ICASE,
 )
 
@@ -40,11 +40,13 @@ class KnownError:
     pattern: re.Pattern
     keep_tail: bool            # the message goes on after the fragment ("...has terminated: exit status 2")
     examples: tuple[str, ...]  # texts the pattern must find
+    generic: bool = False      # says only that a request failed ("500 Internal Server Error"): any other known text wins
 
 
 def _known_errors() -> tuple[KnownError, ...]:
     data = yaml.safe_load((Path(__file__).parent / "lexicon" / "errors.yaml").read_text(encoding="utf-8"))
-    return tuple(KnownError(re.compile(row["pattern"], ICASE), bool(row.get("keep_tail", False)), tuple(row["examples"]))
+    return tuple(KnownError(re.compile(row["pattern"], ICASE), bool(row.get("keep_tail", False)), tuple(row["examples"]),
+                            bool(row.get("generic", False)))
                  for row in data["errors"])
 
 
@@ -53,6 +55,9 @@ KNOWN_ERRORS = _known_errors()
 # Where a quoted message stops when the user carries on in prose.
 _TAIL_STOP = re.compile(
     r"\n|[\u3400-\u9fff]|[。，；！？\"”」』`]|,\s+(?=[a-z]+\s)(?!\s*(?:current device|in function))"
+    # a comma with no space after it is a (normalised) full-width one: prose ("exit status 2，windows 系统");
+    # "allocating 8,991 MiB" keeps its digits
+    r"|,(?=[^\s\d])"
     r"|[.!?](?=\s|$)"
     r"|\s+(?:when|whenever|after|if|while|once|as soon as|every time|each time|but|and then|and it|"
     r"so|because|on my|with my|although|though|any idea|any ideas|how|what|why|please|help|even|"
@@ -60,6 +65,8 @@ _TAIL_STOP = re.compile(
     ICASE,
 )
 _ERROR_LINE = re.compile(r"(?:^|(?<=\s)|(?<=[:>]))(?:Error|错误|报错)\s*:\s*(?=[A-Za-z])", ICASE)
+# an error said after "报" in Chinese prose, unquoted: "报 out of memory", "直接报错 unexpected EOF"
+_ZH_SAYS = re.compile(r"报(?:错|了)?\s*:?\s*(?=[A-Za-z])")
 
 
 def _tail_end(text: str, pos: int) -> int:
@@ -86,8 +93,20 @@ def find_error(text: str) -> tuple[str | None, list[tuple[int, int]]]:
     spans = [(s, e) for s, e, q in quoted if _ERRORISH.search(q)]
 
     def known_in(s: str):
-        hits = [(m.start(), m, k.keep_tail) for k in KNOWN_ERRORS for m in [k.pattern.search(s)] if m]
-        return min(hits, key=lambda h: h[0]) if hits else None
+        hits = sorted(((m.start(), m, k.keep_tail, k.generic) for k in KNOWN_ERRORS for m in [k.pattern.search(s)] if m),
+                      key=lambda h: h[0])
+        if not hits:
+            return None
+        start, m, tail, generic = hits[0]
+        # "a 500 Internal Server Error, and the log says CUDA error: out of memory": the specific text is
+        # the error, unless it is the generic one's own tail ("500 Internal Server Error: llama runner ...")
+        if generic:  # its tail is Ollama's own text only after a colon
+            tail = tail and m.group(0).endswith(":")
+            end = _tail_end(s, m.end()) if tail else m.end()
+            specific = [h for h in hits if not h[3] and h[0] >= end]
+            if specific:
+                return specific[0][:3]
+        return start, m, tail
 
     for start, end, q in quoted:
         hit = known_in(q)
@@ -112,4 +131,9 @@ def find_error(text: str) -> tuple[str | None, list[tuple[int, int]]]:
         err = _clean_error(text[m.end():end])
         if len(err) >= 4:
             return err, spans + [(m.start(), end)]
+    for m in _ZH_SAYS.finditer(text):
+        end = _tail_end(text, m.end())
+        err = _clean_error(text[m.end():end])
+        if len(err) >= 4 and _ERRORISH.search(err):
+            return err, spans + [(m.end(), end)]
     return None, spans

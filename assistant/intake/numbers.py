@@ -15,14 +15,14 @@ _EN_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "se
 EN_NUM = {**_EN_WORDS, "a couple of": 2, "a pair of": 2}
 EN_ALT = "|".join(sorted((re.escape(w) for w in _EN_WORDS), key=len, reverse=True))
 # Chinese numerals run together: "二十", "十五", "一百"; "两三" (a range) counts as its larger end
-NUMWORD = r"(\d+|" + EN_ALT + r"|[一二两俩三四五六七八九十百]+)"
+NUMWORD = r"(\d+|" + EN_ALT + r"|[一二两俩三四五六七八九十百千]+)"
 
 
 def zh_int(word: str) -> int | None:
     total, digit = 0, 0
     for ch in word:
-        if ch in "十百":
-            total += (digit or 1) * (10 if ch == "十" else 100)
+        if ch in "十百千":
+            total += (digit or 1) * {"十": 10, "百": 100, "千": 1000}[ch]
             digit = 0
         elif ch in _ZH_NUM:
             digit = max(digit, _ZH_NUM[ch])

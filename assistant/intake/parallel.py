@@ -19,7 +19,9 @@ _PAR_PATTERNS = [
     # people sharing one box: "6 个人共用一台 Mac Studio", "三个同事合用一张卡"
     re.compile(r"(?<![A-Za-z0-9_])" + NUMWORD + r"\s*(?:多|几|来)?(?:个|位|名)?\s*(?:人|同事|用户|学生|员工)\s*(?:共用|共享|合用)"),
     # "同时开 3 个会话", "同时 2 个请求", "同时发了 10 个请求"
-    re.compile(r"同时\s*(?:开|发|跑|用|接|处理)?\s*(?:了)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人)"),
+    # "同时 6 个 session"
+    re.compile(r"同时\s*(?:开|发|跑|用|接|处理)?\s*(?:了)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人|线程|"
+               r"(?:sessions?|requests?|users?|clients?|chats?|connections?|agents?|workers?|threads?|tabs?)\b)", ICASE),
     # "同时在线约 200 人": people online at once
     re.compile(r"同时在线\s*(?:约|大约|大概|将近|差不多|超过)?\s*" + NUMWORD + r"\s*(?:多)?\s*(?:个|位|名)?\s*(?:人|用户)"),
     # "大概 6 路", "开了 8 路": a count of channels said alone (not "8 路并发", read above; "一路" is all along)
@@ -38,7 +40,20 @@ _PAR_PATTERNS = [
     re.compile(r"\b" + NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|ppl|folks|connections?|calls|threads|"
                r"workers|agents|processes|branches|jobs|tasks|scripts)\s+"
                r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel|"
-               r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant))", ICASE),
+               r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant)|in flight)", ICASE),
+    # "8 in-flight requests", "4 outstanding calls"
+    re.compile(r"\b" + NUMWORD + r"\s+(?:in-flight|inflight|outstanding|simultaneous)\s+(?:requests|calls|jobs|generations)\b", ICASE),
+    # people of a household or a team who use it: "my two kids both use it", "three roommates share it"
+    re.compile(r"\b" + NUMWORD + r"\s+(?:[a-z]+\s+)?(?:kids|children|sons|daughters|roommates|flatmates|housemates|teammates|"
+               r"friends|devs|developers|engineers|analysts|testers|family members)\s+(?:\w+\s+){0,2}?"
+               r"(?:both|all|use|using|share|sharing|hit|hitting|query|chat|are on)\b", ICASE),
+    # "our team of 6", "a 5-person team"
+    re.compile(r"\b(?:team|group|office|lab|class)\s+of\s+" + NUMWORD + r"\b(?!\s*(?:gpus?|cards?|servers?|nodes|models?|machines|boxes))"
+               r"|\b" + NUMWORD + r"[- ](?:person|people|man|dev|developer)\s+(?:team|group|office|lab|company|shop|startup)\b", ICASE),
+    # several programs on one server: "two apps share one ollama", "3 services hit the same instance"
+    re.compile(r"\b" + NUMWORD + r"\s+(?:[a-z]+\s+)?(?:apps|applications|clients|services|frontends|programs|tools|bots|scripts)\s+"
+               r"(?:share|sharing|use|hit|call|talk to)\s+(?:one|the same|a single|my|our)\s+(?:\w+\s+)?"
+               r"(?:ollama|server|instance|box|machine|gpu|card|endpoint|backend)\b", ICASE),
     # "~25 analysts run their reports at the same time": any plural noun, not models or cards loaded together
     re.compile(r"\b" + NUMWORD + r"\s+(?!(?:models|gpus|cards|boxes|servers|nodes|layers|tensors|threads|cores|tokens|bytes|files|pages|chunks)\b)[a-z]+s\s+(?:\w+\s+){0,4}?"
                r"(?:at once|at the same time|simultaneously|concurrently|in parallel)", ICASE),
@@ -64,7 +79,10 @@ def find_parallel(text: str) -> int | None:
         for m in rx.finditer(text):
             if _BARE_PAIR.fullmatch(m.group(0).strip()) and _SECOND_MODEL.search(text):
                 continue
-            word = next(g for g in m.groups() if g)
+            i = next(i for i, g in enumerate(m.groups(), 1) if g)
+            word = m.group(i)
+            if "几" in (text[m.start(i) - 1:m.start(i)], text[m.end(i):m.end(i) + 1]):
+                continue  # "十几个人", "几十个同事": a rough size, not a count
             n = _ORDINALS.get(word.lower()) or count(word)
             if n and 1 <= n <= 1024:
                 seen.append(n)

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import re
 
-from assistant.intake.numbers import EN_ALT, EN_NUM, zh_int
+from assistant.intake import size_arithmetic as arithmetic
+from assistant.intake.size_grammar import SIZE as _SIZE, to_bytes as _bytes
 from assistant.intake.text import ICASE, normalise
-from probes.units import SizeError, parse_size
 
 
-_SIZE = (r"(\d+(?:\.\d+)?|(?<![a-z])(?:" + EN_ALT + r")(?=[\s-])|[一二两三四五六七八九十百]+)[\s-]*(?:个\s*(?:多\s*)?)?"
-         r"(gib|gigabytes?|gigs?|gb|g|mib|megabytes?|megs?|mb|m|兆|tib|tb)(?![a-z])")
-_UNIT_WORDS = {"gigabyte": "g", "gigabytes": "g", "gig": "g", "gigs": "g", "megabyte": "m", "megabytes": "m",
-               "meg": "m", "megs": "m", "兆": "m"}
 _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|video memory|of vram|of gpu memory|"
               r"of video memory|of (?:the |my |its )?(?:unified memory|vram|gpu memory|video memory)|gpu memory|unified memory|统一内存|mac|"
               r"(?:total\s+|in total\s+)?across (?:two|both|three|four|\d+|several|all|my) (?:cards|gpus|[\w-]*\d\w*s\b))")
@@ -52,7 +48,13 @@ _BUDGET_PATTERNS = [
                r"(?:ram\b|(?<!显)内存)", ICASE),
 ]
 _SIZE_NEAR_GPU = re.compile(r"^\s*(?:(?:笔记本|移动|桌面|台式)(?:版|版本)?|laptop|mobile)?\s*"
-                            r"(?:的|,|with|w/|\(|（|has|have|had|got|is|有|是)?\s*" + _SIZE, ICASE)
+                            r"(?:的|,|with|w/|\(|（|has|have|had|got|is|有|是)?\s*"
+                            # Apple silicon named before the machine: "m2 的 macbook air 16G"
+                            r"(?:(?:的\s*)?(?:macbook\s*(?:air|pro)?|mac\s*(?:mini|studio)|imac)\s*)?" + _SIZE, ICASE)
+# "3060 12G×2": that many cards of that size
+_TIMES = re.compile(r"\s*[×xX*]\s*([2-8])(?![\d.])")
+#: the patterns above that say what is free or allowed, not what the card has
+_FREE_PATTERNS = (2, 3, 4, 5)
 _SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", ICASE)
 # "用了 7G 显存", "needs 10GB VRAM": usage or a requirement, not what the card has
 _USAGE_BEFORE = re.compile(
@@ -65,15 +67,6 @@ _SHOWN_BEFORE = re.compile(r"(?:shows?|showed|显示|reports?)\s*(?:about|around
 _RAM_NEAR = re.compile(r"(?<!显)(?:\bram\b|内存|system memory|系统内存)", ICASE)
 # "a 4090 with 64GB of system RAM": the size beside the card is the host's
 _RAM_AFTER = re.compile(r"\s*(?:of\s+)?(?:(?:system\s+|host\s+|cpu\s+|ddr\d\s+)?(?:ram\b|(?<!显)内存)|(?:system|host)\s+memory)", ICASE)
-
-
-def _bytes(number: str, unit: str) -> int | None:
-    if not number[0].isdigit():
-        number = str(EN_NUM.get(number.lower()) or zh_int(number) or "")
-    try:
-        return parse_size(f"{number}{_UNIT_WORDS.get(unit.lower(), unit)}")
-    except SizeError:
-        return None
 
 
 _LONE_SIZE = re.compile(r"^\s*(?:about|around|大概|约|只有|有)?\s*" + _SIZE + r"\s*(?:左右|上下)?\s*$", ICASE)
@@ -90,9 +83,12 @@ _APPLE = ("M1", "M2", "M3", "M4")  # Apple silicon: "内存" beside the chip is 
 
 
 def find_budget(text: str, gpus) -> int | None:
-    """GPU memory the user has, or may use: the smallest amount they name next
-    to a GPU word, a GPU name, "free" or "budget" (system RAM is not a budget)."""
-    seen = []
+    """GPU memory the user has, or may use. What is said free or allowed (or
+    follows from a total and what something else holds) comes first, then a
+    total ("一共 32G", "nvidia-smi 181MiB / 4096MiB"), then the size named next
+    to a GPU word or name; within a kind the smallest counts (system RAM is
+    never a budget)."""
+    free, total, card = [], [], []
     for i, rx in enumerate(_BUDGET_PATTERNS):
         for m in rx.finditer(text):
             before = text[max(0, m.start(1) - 14):m.start(1)]  # before the size, not the card word
@@ -100,16 +96,22 @@ def find_budget(text: str, gpus) -> int | None:
                 continue
             if i in (2, 3, 7, 8) and _RAM_NEAR.search(text[max(0, m.start() - 16):m.end() + 8]):
                 continue
-            seen.append(_bytes(m.group(1), m.group(2)))
+            (free if i in _FREE_PATTERNS else total if i == 6 else card).append(_bytes(m.group(1), m.group(2)))
     for start, end, _name in gpus:
-        after = _SIZE_NEAR_GPU.match(text[end:end + 16])
+        after = _SIZE_NEAR_GPU.match(text[end:end + 30])
         if after and (_name.startswith(_APPLE) or not _RAM_AFTER.match(text, end + after.end())):
-            seen.append(_bytes(after.group(1), after.group(2)))
+            size = _bytes(after.group(1), after.group(2))
+            cards = _TIMES.match(text, end + after.end())
+            (total if cards else card).append(size * int(cards.group(1)) if cards and size else size)
         before = _SIZE_BEFORE_GPU.search(text[max(0, start - 14):start])
         if before:
-            seen.append(_bytes(before.group(1), before.group(2)))
-    seen = [v for v in seen if v and v >= 256 << 20]  # below 256 MiB it is not a GPU
-    return min(seen) if seen else None
+            card.append(_bytes(before.group(1), before.group(2)))
+    arithmetic.readings(text, free, total, card)
+    for kind in (free, total, card):
+        kind[:] = [v for v in kind if v and v >= 256 << 20]  # below 256 MiB it is not a GPU
+        if kind:
+            return min(kind)
+    return None
 
 
 _SHARE = re.compile(
@@ -127,6 +129,7 @@ _SHARE = re.compile(
     r"|(?:只|最多|只能)?分(?:给|配给)\s*(?:我|我们|ollama)?\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡|卡)", ICASE)
 # "ollama ps showed phi4 at 11 GB, 100% GPU": a reading of where a model runs, not a share to keep to
 _READING_BEFORE = re.compile(r"ollama\s+ps|processor|nvidia-smi|shows?\b|showed|显示|reports?\b", ICASE)
+_STATE_BEFORE = re.compile(r"\b(?:was|were|is|it's|ran|runs|running|at)\s*$", ICASE)
 _FRACTIONS = {"half": 50, "a third": 100 / 3, "a quarter": 25, "一半": 50, "三分之一": 100 / 3, "四分之一": 25}
 
 
@@ -137,6 +140,8 @@ def find_share(text: str) -> tuple[float | None, bool]:
     for m in _SHARE.finditer(text):
         if m.group(1) and _READING_BEFORE.search(re.split(r"[.。;；\n]", text[max(0, m.start() - 60):m.start()])[-1]):
             continue
+        if m.group(1) and (float(m.group(1)) >= 100 or _STATE_BEFORE.search(text[max(0, m.start() - 12):m.start()])):
+            continue  # "it was 100% GPU", "runs 70% GPU": where a model ran, not a share to keep to
         word = m.group(3) or m.group(4) or m.group(5) or m.group(7)
         value = _FRACTIONS[word.lower()] if word else float(m.group(1) or m.group(2) or m.group(6))
         if 0 < value <= 100:
