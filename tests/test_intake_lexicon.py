@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.intake import parse
+from assistant.intake import parse, size_of
 from assistant.intake.phase import lexicon
 
 
@@ -73,6 +73,35 @@ def test_every_cue_has_an_example():
     ("we indexed 50k docs", "want_ctx", 51200),
     ("the prompt is 40k characters, num_ctx 16k", "want_ctx", 40960),  # a length of text, estimated
     ("I've been up all night with this", "when", "over_time"),
+    # round 9 (dev10): each new cue against an ordinary sentence it must leave alone
+    ("the room killed my wifi and the model crashes", "what", "oom"),
+    ("层太多了，溢出到系统内存里", "what", "oom"),             # a spill to RAM is slow, not an OOM
+    ("显存被前面的程序吃掉了一半", "what", "cut"),
+    ("I never saw the first token come back", "what", "cut"),  # nothing came out: a hang
+    ("没提第一次崩溃是什么时候，它一直转圈", "what", "cut"),
+    ("the meeting ended mid-afternoon and then it crashed", "what", "cut"),
+    ("it just spins up the model and crashes", "what", "hang"),
+    ("显存降得很厉害", "what", "slow"),                          # memory going down, not a speed
+    ("set `num_predict 500` and the answers are short", "error", "num_predict 500"),
+    ("a GTX 1080 mobo from 2017", "gpu", "GTX 1080M"),
+    ("P4 priority ticket: long prompts crash", "gpu", "P4"),
+    ("公共 500G 硬盘，显卡 4060 8G", "budget", size_of("500G")),
+    ("context 从 8k 改到 16G 显存的卡上就崩", "want_ctx", 16384),
+    ("知识库每段一千多字，检索回来就崩", "want_ctx", 1000),      # a length per piece, not of the input
+    ("each chunk is about 2,000 words and it crashes", "want_ctx", 2666),
+    ("after 20 back-and-forths it crashes", "model", "back-and-forths"),
+    ("per-user speed drops when three people ask", "model", "per-user"),
+    ("8G 就 enough 了", "keep_context", False),                  # a memory size, not a context
+    ("a smaller model isn't an option, we need the 70b", "keep_context", True),
+    ("我同时开着浏览器和 ComfyUI，一加载就爆显存", "when", "concurrent"),  # another program open, not requests
+    ("the download gets past 50% then fails", "when", "long_input"),
+    ("早上拉起服务之后一切正常，长文档才崩", "when", "load"),
+    ("n8n 每隔 5 分钟调用一次，长文档就崩", "when", "over_time"),  # a schedule, not a recurring failure
+    ("I freshly installed the drivers and long prompts crash", "when", "load"),
+    ("I left ollama at the defaults and long prompts crash", "when", "over_time"),
+    ("the 7b is fine for another use, long prompts crash", "when", "over_time"),
+    ("8 个线程的 CPU，长文档一贴就崩", "when", "concurrent"),     # the CPU's threads, not workers sending
+    ("OLLAMA_NUM_PARALLEL=1 and it is slow", "when", "concurrent"),
 ])
 def test_a_decoy_does_not_trip_a_cue(text, field, wrong):
     assert getattr(parse(text), field) != wrong
@@ -99,6 +128,34 @@ def test_a_decoy_does_not_trip_a_cue(text, field, wrong):
     ("在不降低上下文的前提下能解决吗", "keep_context", True),
     ("we wouldn't mind a shorter context", "keep_context", False),
     ("改成单线程以后从来没出过问题，8 个线程就挂", "when", "concurrent"),
+    # round 9 (dev10): the new cues fire on sentences of our own wording
+    ("the container shows OOMKilled after loading the 14b", "what", "oom"),
+    ("日志里没看到 out of memory，就是 crash 了", "what", "crash"),  # a denied OOM is no OOM
+    ("the summary only covers the tail end of the transcript", "what", "cut"),
+    ("让它总结三份报告，它只讲了最后一份", "what", "cut"),
+    ("replies keep ending mid-sentence on long chats", "what", "cut"),
+    ("it just spins, zero tokens after ten minutes", "what", "hang"),
+    ("开到 64k 之后速度降得很厉害，一部分溢出到内存了", "what", "slow"),
+    ("the client only prints `EOF` when it dies", "error", "EOF"),
+    ("Open WebUI shows `Ollama: 502` after a while", "error", "Ollama: 502"),
+    ("an old GTX 850M with 2GB", "gpu", "GTX 850M"),
+    ("an old GTX 850M with 2GB", "budget", size_of("2GB")),
+    ("a Tesla P4 in the homelab", "gpu", "P4"),
+    ("RTX 3050 4GB, about 3.4 GB dedicated free", "budget", size_of("3.4GB")),
+    ("M2 MacBook Pro, 16GB, it crashes", "budget", size_of("16GB")),
+    ("三张 3090 共 72G，还是爆显存", "budget", size_of("72G")),
+    ("ctx from 4096 to 16384 and it OOMs", "want_ctx", 16384),
+    ("其实 8k context 就 enough 了", "keep_context", False),
+    ("going shorter is not an option for our contracts", "keep_context", True),
+    ("once the conversation gets past 40 turns it crashes", "when", "long_input"),
+    ("服务一拉起来就崩", "when", "load"),
+    ("重启后第一个人提问总是卡很久", "when", "load"),
+    ("大概每隔四十分钟就崩一次", "when", "over_time"),
+    ("as the runner comes up it dies with an error", "when", "load"),
+    ("we left it running for the bots and by friday it fails", "when", "over_time"),
+    ("after a restart it is fine for another day, then it crashes", "when", "over_time"),
+    ("用 4 个线程并发跑批处理，跑到一百多条就崩", "when", "concurrent"),
+    ("set OLLAMA_NUM_PARALLEL=3 and now everything is slow", "when", "concurrent"),
 ])
 def test_a_new_phrasing_is_read(text, field, value):
     assert getattr(parse(text), field) == value

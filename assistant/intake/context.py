@@ -28,6 +28,10 @@ _CTX_PATTERNS = [
                r"(?!\+?\s*(?:characters?|chars|words?|字|词|lines|行)\b)", ICASE),
     # llama.cpp's "-c 32768"
     re.compile(r"(?<![\w-])-c\s+(\d+)()\b"),
+    # a change of setting names the new value second: "num_ctx 从 8192 改成 32768", "ctx from 4096 to 16384"
+    re.compile(_CTX_WORD + r"[^\d\n。.,;；!?]{0,10}?(?:从|from)\s*\d+(?:\.\d+)?\s?k?\s*"
+               r"(?:改成|改到|调到|调成|开到|加到|提到|拉到|设成|设到|到|to|->|→)\s*(?<![\w.])" + _K + r"(?!\w|\.\d)"
+               + _NOT_TOKENS_AFTER, ICASE),
 ]
 # "2万 token", "一万二 token", "八千多 token": a count of tokens in Chinese place words
 _WAN = re.compile(r"(\d+(?:\.\d+)?|[一二两三四五六七八九十]+)\s*(万|千)\s*([一二两三四五六七八九])?\s*(?:多|来)?\s*"
@@ -68,6 +72,9 @@ CHARS_PER_EN_TOKEN = 4.0
 TOKENS_PER_EN_WORD = 4 / 3
 _ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万|千)?(?:\s*([\d一二两三四五六七八九])\s*(?:千|百)?)?"
                        r"\s*(?:多)?\s*(?:个)?\s*(字|单?词)(?!节)")
+# a length per piece ("每段一千多字", "each chunk is 2,000 words") is not the length of the input
+_PER_PIECE = re.compile(r"(?:(?:每|单)\s*(?:一)?\s*(?:段|篇|份|条|章|页|块|个片段|个文件|个文档|片段)|\b(?:each|per)\s+[a-z]+\b)"
+                        r"[^。,，;；.!?\n]{0,8}$", ICASE)
 _EN_LENGTH = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(k)?\+?[- ]?(characters?|chars|words?)\b", ICASE)
 
 
@@ -77,6 +84,8 @@ def estimate_ctx(text: str) -> int | None:
     are); None when no length is given."""
     seen = []
     for m in _ZH_CHARS.finditer(text):
+        if _PER_PIECE.search(text[max(0, m.start() - 16):m.start()]):
+            continue
         n = zh_number(m.group(1))
         if n:
             n *= {"万": 10000, "千": 1000}.get(m.group(2), 1)
@@ -85,6 +94,8 @@ def estimate_ctx(text: str) -> int | None:
             if n >= 500:
                 seen.append(n * (TOKENS_PER_ZH_CHAR if m.group(4) == "字" else TOKENS_PER_EN_WORD))
     for m in _EN_LENGTH.finditer(text):
+        if _PER_PIECE.search(text[max(0, m.start() - 24):m.start()]):
+            continue
         n = float(m.group(1).replace(",", "")) * (1000 if m.group(2) else 1)
         tokens = n / CHARS_PER_EN_TOKEN if m.group(3).lower().startswith("char") else n * TOKENS_PER_EN_WORD
         if tokens >= 128:

@@ -29,7 +29,8 @@ QUOTES = [
 _ERRORISH = re.compile(
     r"error|fail|out of memory|\boom\b|terminated|unable to|cannot|can't|panic|assert|"
     r"exception|killed|segmentation|abort|timed out|not found|requires more|stopped|"
-    r"exit status|exceeded|no longer running|\bEOF\b|connection (?:reset|refused)|报错|错误|失败",
+    r"exit status|exceeded|no longer running|\bEOF\b|connection (?:reset|refused)|报错|错误|失败|"
+    r"\bollama:\s*50\d\b|\bHTTP(?:/[\d.]+)?\s*50\d\b|\bstatus(?:\s+code)?:?\s*50\d\b",
     ICASE,
 )
 
@@ -115,7 +116,8 @@ def find_error(text: str) -> tuple[str | None, list[tuple[int, int]]]:
             line_end = q.find("\n", hit[0])
             return _clean_error(q[hit[0]:line_end if line_end >= 0 else len(q)]), spans + [(start, end)]
     for _start, _end, q in quoted:
-        if _ERRORISH.search(q) and len(q.strip()) >= 6:
+        # a bare `EOF` is all some clients print
+        if _ERRORISH.search(q) and (len(q.strip()) >= 6 or q.strip().upper() == "EOF"):
             return _clean_error(q), spans
 
     hit = known_in(text)

@@ -10,10 +10,10 @@ from assistant.intake.text import ICASE
 _GPU_PATTERNS = [
     # NVIDIA consumer with prefix: "RTX 4060 Ti", "GTX1080ti", "RTX A6000", "RTX 6000 Ada", "RTX 4090D",
     # the small-form-factor workstation card "RTX 4000 SFF Ada"
-    re.compile(r"(?<![\w])(rtx|gtx)\s*-?\s*(a?\d{3,4})\s*(ti\s*super|ti|super|(?:sff\s*)?ada|d)?(?![\w])", ICASE),
+    re.compile(r"(?<![\w])(rtx|gtx)\s*-?\s*(a?\d{3,4})\s*(ti\s*super|ti|super|(?:sff\s*)?ada|d|(?<=\d)m)?(?![\w])", ICASE),
     # datacenter / workstation: "A100", "H100 80G", "Tesla T4", "L40S"; a plural counts ("two A6000s")
     re.compile(r"(?<![\w])(?:tesla\s+)?(a100|a800|h100|h200|h800|h20|v100|a10g?|a30|a40|a6000|a5500|a5000|a4500|"
-               r"a4000|a2000|l40s?|l20|l4|t4|p40|p100|k80)s?(?![\w])", ICASE),
+               r"a4000|a2000|l40s?|l20|l4|t4|p40|p100|(?<=tesla )p4|k80)s?(?![\w])", ICASE),
     # AMD: "RX 7900 XTX", "7900xtx", "7900 GRE", "MI300X"
     re.compile(r"(?<![\w])(?:rx\s*)?(\d{4})\s*(xtx|xt|gre)(?![\w])|(?<![\w])(rx)\s*(\d{4})(?![\w])"
                r"|(?<![\w])(mi\d{3}x?)(?![\w])", ICASE),
@@ -44,6 +44,8 @@ def _suffix(word: str | None) -> str:
         return " SFF Ada" if word.startswith("sff") else " Ada"
     if word == "d":  # the China-market "4090D" is one word
         return "D"
+    if word == "m":  # the older laptop parts: "GTX 960M"
+        return "M"
     return " Ti Super" if word.startswith("ti") and word.endswith("super") else " Super" if word == "super" else " Ti"
 
 

@@ -28,7 +28,7 @@ WHATS = ("oom", "crash", "slow", "hang", "cut", "unknown")
 _PHASE_OF_WHEN = {"load": "load", "long_input": "long_input", "concurrent": "concurrent", "over_time": "creeping"}
 _PHASE_OF_WHAT = {"slow": "slow", "cut": "long_input", "oom": "crash", "crash": "crash", "hang": "crash"}
 _NEGATION_BEFORE = re.compile(
-    r"(?:没有|没|不是|并非|并不是|无|不|no|not|without|never|isn't|aren't|wasn't|don't|doesn't|no\s+more)\s*(?:[开用发跑搞做]|\w+\s+)?$",
+    r"(?:没有|没|不是|并非|并不是|无|不|no|not|without|never|isn't|aren't|wasn't|don't|doesn't|no\s+more)\s*(?:(?:看到|看见|见到|发现|提到|出现)\s*|[开用发跑搞做]|\w+\s+)?$",
     _I,
 )
 _OLLAMA_RUN = re.compile(r"ollama\s+run\b", _I)
@@ -121,7 +121,8 @@ def read_symptom(full: str, prose: str, error: str | None,
     when, when_cue = _read("when", prose, err, failed)
     if when == "over_time" and what == "unknown":
         what, what_cue = "oom", when_cue  # memory that only grows is a shortage on its way
-    if when == "unknown" and failed and want_parallel and want_parallel > 1:
+    # several requests at once and trouble of any kind, a slowdown too ("NUM_PARALLEL=4 以后速度掉到 1~2")
+    if when == "unknown" and (failed or what == "slow") and want_parallel and want_parallel > 1:
         when, when_cue = "concurrent", f"parallel {want_parallel}"
     if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash"):
         when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading

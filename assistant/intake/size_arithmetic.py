@@ -32,7 +32,7 @@ _HELD_BY_EN = re.compile(r"\b(?:with|and|but)\s+(?:about\s+|around\s+|~\s*)?" + 
                          + r"\s+(?:already\s+)?(?:used|taken|eaten|in use|held)\s+by\s+(?!ollama|the model|it\b)", ICASE)
 # the model's own use is not someone else's
 _OWN = re.compile(r"ollama|模型|model|它|gpu|显卡|跑|加载|载入|推理|qwen|llama|gemma|deepseek|mistral|phi", ICASE)
-_TOTAL = [re.compile(r"(?:一共|总共|合计|加起来|共计|in total|a total of|total of|combined)\s*(?:有|是|:)?\s*" + SIZE, ICASE),
+_TOTAL = [re.compile(r"(?:一共|总共|合计|加起来|共计|(?<![公一总])共|in total|a total of|total of|combined)\s*(?:有|是|:)?\s*" + SIZE, ICASE),
           re.compile(r"(?<![\w.])" + SIZE + r"\s*(?:in total|total|combined|altogether|总共|总量)(?!\s*(?:ram|内存|system))", ICASE)]
 _USED_BEFORE = re.compile(r"(?:占用|用了|使用了?|占了|吃了|uses|using|used|takes|took|needs?|requires?|allocat\w*)\s*(?:about|around|大概|约)?\s*$",
                           ICASE)

@@ -15,7 +15,7 @@ _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|v
               r"(?:total\s+|in total\s+)?across (?:two|both|three|four|\d+|several|all|my) (?:cards|gpus|[\w-]*\d\w*s\b))")
 _GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unified memory|统一内存|卡(?=\s*(?:是|只有|才)))\s*(?:大小|容量|总共|一共|上限|最大)?\s*"
                r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|have|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
-_FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:of\s+)?(?:free|available|left|headroom|spare|"
+_FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:dedicated\s+(?:(?:gpu|video)\s+)?(?:memory\s+)?)?(?:of\s+)?(?:free|available|left|headroom|spare|"
                r"(?:is\s+|are\s+)?usable|可用|剩余|空闲|能用|可以用)")
 _FREE_BEFORE = (r"(?:(?:实际|真正)?(?:能用|可以用|可用)的|剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|"
                 r"最多(?:只能)?(?:用|给|占)?|只能(?:用|占)|只用|(?:不能|不要|别|不可以)?超过|不超过|free|available|"
@@ -50,7 +50,7 @@ _BUDGET_PATTERNS = [
 _SIZE_NEAR_GPU = re.compile(r"^\s*(?:(?:笔记本|移动|桌面|台式)(?:版|版本)?|laptop|mobile)?\s*"
                             r"(?:的|,|with|w/|\(|（|has|have|had|got|is|有|是)?\s*"
                             # Apple silicon named before the machine: "m2 的 macbook air 16G"
-                            r"(?:(?:的\s*)?(?:macbook\s*(?:air|pro)?|mac\s*(?:mini|studio)|imac)\s*)?" + _SIZE, ICASE)
+                            r"(?:(?:的\s*)?(?:macbook\s*(?:air|pro)?|mac\s*(?:mini|studio)|imac)\s*[,，]?\s*)?" + _SIZE, ICASE)
 # "3060 12G×2": that many cards of that size
 _TIMES = re.compile(r"\s*[×xX*]\s*([2-8])(?![\d.])")
 #: the patterns above that say what is free or allowed, not what the card has
