@@ -35,11 +35,11 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 
 
 # Measured, not tuned: the figures of every round, before and after its
-# tuning, and how they were taken, are in docs/intake-corpus.md. After round 9
-# (388 held-out messages): when 360 (92.8%), what 357 (92.0%), phase 360
-# (92.8%), budget 363 (93.6%); every other field >= 96.9%.
+# tuning, and how they were taken, are in docs/intake-corpus.md. After round
+# 10 (438 held-out messages): when 409 (93.4%), what 410 (93.6%), phase 407
+# (92.9%), budget 407 (92.9%); every other field >= 97.0%.
 # strict: a mark must go when its field reaches the goal.
-_SHORT_OF_GOAL = {"when": "92.8%", "what": "92.0%", "phase": "92.8%", "budget": "93.6%"}
+_SHORT_OF_GOAL = {"when": "93.4%", "what": "93.6%", "phase": "92.9%", "budget": "92.9%"}
 
 
 @pytest.mark.parametrize("field", [

@@ -102,6 +102,31 @@ def test_every_cue_has_an_example():
     ("the 7b is fine for another use, long prompts crash", "when", "over_time"),
     ("8 个线程的 CPU，长文档一贴就崩", "when", "concurrent"),     # the CPU's threads, not workers sending
     ("OLLAMA_NUM_PARALLEL=1 and it is slow", "when", "concurrent"),
+    # round 10 (dev11, dev12): each new cue against an ordinary sentence it must leave alone
+    ("the chart falls over to the next page", "what", "crash"),
+    ("I wrote half a sentence of prompt and it crashed", "what", "cut"),   # the user wrote it, not the model
+    ("不管设定多大都崩", "what", "cut"),                                     # "whatever the setting", not a persona ignored
+    ("the model sits there in VRAM after the request", "what", "hang"),
+    ("抱歉一直没回复，它加载就崩", "what", "hang"),                          # the user did not reply
+    ("过了两分钟才开始报错", "what", "slow"),                                # the wait ends in a failure
+    ("把超时从 30 秒调到 60 秒", "what", "slow"),                            # a setting, not a time per item
+    ("提示词一长，回答就乱了", "what", "crash"),                              # 提示词 is the prompt, not a notice
+    ("流量直接爆表了", "what", "oom"),
+    ("我把日志寄给了同事", "what", "crash"),                                # mailed, not "died"
+    ("我多开了一个终端看日志，长文档就崩", "when", "concurrent"),
+    ("I left it on the default settings and long prompts crash", "when", "over_time"),
+    ("第二天我再试了一下就崩了", "when", "over_time"),                       # tried again the next day
+    ("while it's starting to answer it crashes", "when", "load"),
+    ("每次请求都会多出一行日志，长文档就崩", "when", "over_time"),
+    ("my CPU has 16 threads and one thread of it is busy", "want_parallel", 16),
+    ("10+ GB free on the card", "want_parallel", 10),
+    ("我装了 2 个大模型同时加载就爆", "want_parallel", 2),
+    ("每个请求 2G 左右", "budget", size_of("2G")),                          # per request, not per card
+    ("24G 显存被 ComfyUI 占着一半", "budget", None),                         # the card's size, half of it held
+    ("error 0x3090 when it starts", "gpu", "3090"),
+    ("3万字符的中文合同，再配一份英文翻译", "want_ctx", 7500),               # Chinese characters count one each
+    ("128k 必须要 24G 显存吗", "keep_context", True),                        # a question about memory, not a refusal
+    ("a mid-chat crash with tab-autocomplete on", "model", "mid-chat"),
 ])
 def test_a_decoy_does_not_trip_a_cue(text, field, wrong):
     assert getattr(parse(text), field) != wrong
@@ -156,6 +181,33 @@ def test_a_decoy_does_not_trip_a_cue(text, field, wrong):
     ("after a restart it is fine for another day, then it crashes", "when", "over_time"),
     ("用 4 个线程并发跑批处理，跑到一百多条就崩", "when", "concurrent"),
     ("set OLLAMA_NUM_PARALLEL=3 and now everything is slow", "when", "concurrent"),
+    # round 10 (dev11, dev12): the new readings fire on sentences of our own wording
+    ("一加载整台机器就卡死，过了一会儿 runner 自己退出了", "what", "crash"),   # a freeze that ends in a crash
+    ("it hangs for a bit and then the runner is killed", "what", "crash"),
+    ("报 model runner has unexpectedly stopped，这是显存不够吗？", "what", "crash"),  # a cause only asked about
+    ("we bumped OLLAMA_NUM_PARALLEL from 2 to 6 and it OOMs", "want_parallel", 6),
+    ("一口气并发打了 6 个请求就挂了", "want_parallel", 6),
+    ("12+ users at peak and it crashes", "want_parallel", 12),
+    ("30 个测试账号同时请求就卡住", "want_parallel", 30),
+    ("with 8 workers it crashes, a single worker is fine", "want_parallel", 8),
+    ("with 8 workers it crashes, a single worker is fine", "when", "concurrent"),
+    ("三台机器，每张卡 24G，长文档就崩", "budget", size_of("24G")),
+    ("the VRAM meter reads 10GB of 16GB and it crawls", "budget", size_of("16GB")),
+    ("老板说只想让 ollama 用一半显存", "budget", None),
+    ("2x3060 12GB and the 14b still spills", "gpu", "3060"),
+    ("M2 16G 统一内存，加载就崩", "gpu", "M2"),
+    ("1660s 6G 跑 7b 很慢", "gpu", "1660 Super"),
+    ("num_ctx 4096 正常，改到 12288 就 OOM", "want_ctx", 12288),
+    ("16k and 32k both run fine, 24k crashes", "want_ctx", 24576),
+    ("大概12万字符的英文日志，一贴就崩", "want_ctx", 30000),
+    ("a 1000-word essay makes it crash", "want_ctx", 1333),                 # an estimate rounds down
+    ("Error: llama runner process has terminated: signal: killed with qwen2.5:14b on a 3060", "error",
+     "llama runner process has terminated: signal: killed"),
+    ("Error: llama runner process has terminated: signal: killed with qwen2.5:14b on a 3060", "model", "qwen2.5:14b"),
+    ("ollama run finishes fine, then mistral-nemo dies on the first prompt", "model", "mistral-nemo"),
+    ("32k 的上下文一定要保留，不然读不完", "keep_context", True),
+    ("日志里一堆 SIGSEGV: segmentation violation", "error", "SIGSEGV: segmentation violation"),
+    ("`ollama run mistral:7b` just spins and never gives me the prompt", "when", "load"),
 ])
 def test_a_new_phrasing_is_read(text, field, value):
     assert getattr(parse(text), field) == value

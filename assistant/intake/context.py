@@ -38,6 +38,16 @@ _WAN = re.compile(r"(\d+(?:\.\d+)?|[一二两三四五六七八九十]+)\s*(万|
                   r"(?:个\s*)?(?:token|上下文)", ICASE)
 
 
+# a size said to work ("32k 和 128k 都能跑", "num_ctx 设 8192 一切正常") is not the one asked about, when another is named
+_WORKS_AFTER = re.compile(r"\s*(?:k|K)?\s*(?:tokens?\s*)?(?:(?:和|跟|与|and|or|或|,|，|、|/)\s*\d+(?:\.\d+)?\s?k?\s*)*(?:的时候|时)?\s*"
+                          r"(?:it\s+|it's\s+)?(?:都|也|还|一切|都还)?\s*(?:能跑|能用|正常|没问题|没事|好好的|可以跑|works?|worked|is fine|are fine|"
+                          r"was fine|were fine|run fine|runs fine|both run|ok\b)", ICASE)
+# a second setting of the same knob later in the sentence: "num_ctx 设 8192 一切正常 设到 40960 就崩"
+_SET_AGAIN = re.compile(r"(?:设到|设成|设为|改成|改到|调到|开到|拉到|加到|提到|set (?:it )?to|raised? (?:it )?to|bump(?:ed)? (?:it )?to)\s*"
+                        r"(?<![\w.])(\d{3,7})(?![\w.])" + _NOT_TOKENS_AFTER, ICASE)
+_CTX_WORD_RX = re.compile(_CTX_WORD, ICASE)
+
+
 def _ctx_value(number: str, k: str | None) -> int:
     value = float(number)
     return int(round(value * 1024)) if k else int(round(value))
@@ -46,7 +56,7 @@ def _ctx_value(number: str, k: str | None) -> int:
 def find_ctx(text: str) -> int | None:
     """The largest context size named: the one that fails or the one wanted.
     ``k`` is 1024 (``32k`` -> 32768), as Ollama users mean it."""
-    seen = []
+    seen, working = [], set()
     for i, rx in enumerate(_CTX_PATTERNS):
         for m in rx.finditer(text):
             if i == 2 and re.search(r"每秒\s*(?:只有|才|就)?\s*$", text[max(0, m.start() - 6):m.start()]):
@@ -54,6 +64,13 @@ def find_ctx(text: str) -> int | None:
             value = _ctx_value(m.group(1), m.group(2))
             if i == 0 and value >= 1 or value >= 128:
                 seen.append(value)
+                if _WORKS_AFTER.match(text, m.end(1)):
+                    working.add(value)
+    for m in _SET_AGAIN.finditer(text):
+        if _CTX_WORD_RX.search(text[max(0, m.start() - 40):m.start()]) and int(m.group(1)) >= 512:
+            seen.append(int(m.group(1)))
+    if set(seen) - working:
+        seen = [v for v in seen if v not in working]
     for m in _WAN.finditer(text):
         n = zh_number(m.group(1))
         if n:
@@ -74,7 +91,9 @@ _ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万
                        r"\s*(?:多)?\s*(?:个)?\s*(字|单?词)(?!节)")
 # a length per piece ("每段一千多字", "each chunk is 2,000 words") is not the length of the input
 _PER_PIECE = re.compile(r"(?:(?:每|单)\s*(?:一)?\s*(?:段|篇|份|条|章|页|块|个片段|个文件|个文档|片段)|\b(?:each|per)\s+[a-z]+\b)"
-                        r"[^。,，;；.!?\n]{0,8}$", ICASE)
+                        r"[^。,，;；.!?\n]{0,12}$", ICASE)
+_EN_AFTER = re.compile(r"符\s*(?:的)?\s*(?:英文|english)", ICASE)
+_EN_BEFORE = re.compile(r"(?:英文|english)\s*(?:的)?\s*(?:大概|大约|约|有)?\s*$", ICASE)
 _EN_LENGTH = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(k)?\+?[- ]?(characters?|chars|words?)\b", ICASE)
 
 
@@ -92,6 +111,9 @@ def estimate_ctx(text: str) -> int | None:
             if m.group(2) and m.group(3):  # the next place down: "一万五千" 15000, "三千五" 3500
                 n += zh_number(m.group(3)) * {"万": 1000, "千": 100}[m.group(2)]
             if n >= 500:
+                if m.group(4) == "字" and (_EN_AFTER.match(text, m.end()) or _EN_BEFORE.search(text[max(0, m.start() - 10):m.start()])):
+                    seen.append(n / CHARS_PER_EN_TOKEN)  # "20万字符的英文代码": English characters
+                    continue
                 seen.append(n * (TOKENS_PER_ZH_CHAR if m.group(4) == "字" else TOKENS_PER_EN_WORD))
     for m in _EN_LENGTH.finditer(text):
         if _PER_PIECE.search(text[max(0, m.start() - 24):m.start()]):
@@ -100,4 +122,4 @@ def estimate_ctx(text: str) -> int | None:
         tokens = n / CHARS_PER_EN_TOKEN if m.group(3).lower().startswith("char") else n * TOKENS_PER_EN_WORD
         if tokens >= 128:
             seen.append(tokens)
-    return int(round(max(seen))) if seen else None
+    return int(max(seen)) if seen else None

@@ -60,6 +60,8 @@ _TAIL_STOP = re.compile(
     # "allocating 8,991 MiB" keeps its digits
     r"|,(?=[^\s\d])"
     r"|[.!?](?=\s|$)"
+    # the model it happened with: "exit status 2 with deepseek-r1:7b"
+    r"|\s+(?:with|using|for|running)\s+(?=[a-z][\w.-]*:[a-z0-9])"
     r"|\s+(?:when|whenever|after|if|while|once|as soon as|every time|each time|but|and then|and it|"
     r"so|because|on my|with my|although|though|any idea|any ideas|how|what|why|please|help|even|"
     r"anyone|thanks|on (?:windows|linux|macos|mac|ubuntu|wsl|my|our))\b",

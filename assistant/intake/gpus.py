@@ -23,7 +23,7 @@ _GPU_PATTERNS = [
     # Intel Arc, with the brand or (the desktop cards) without: "Arc A770", "A770 16G"
     re.compile(r"(?<![\w])arc\s*(a\d{3})(?![\w])|(?<![\w])(a(?:770|750|580|380|310))(?![\w])", ICASE),
     # bare NVIDIA numbers: "4060", the laptop "4050", "3090ti", "2080 super", "4090D" (not 4096: only real models)
-    re.compile(r"(?<![\w.])((?:10[5-8]|16[56]|20[6-8]|30[5-9]|40[5-9]|50[6-9])0)\s*(ti\s*super|ti|super|d)?s?(?!\w|\.\d)"
+    re.compile(r"(?:(?<![\w.])|(?<=(?<!\w)[2-8]x))((?:10[5-8]|16[56]|20[6-8]|30[5-9]|40[5-9]|50[6-9])0)\s*(ti\s*super|ti|super|d|(?<=16[56]0)s(?=\s|$|[,，。]))?s?(?!\w|\.\d)"
                r"(?!\s*(?:k\b|tokens?|mib|mb|个|人))", ICASE),
 ]
 
@@ -33,7 +33,7 @@ _GPU_PATTERNS.append(re.compile(r"(?<![\w])(mx\d{3}|jetson(?:\s+(?:orin|nano|xav
 # AMD integrated graphics and workstation cards named with "Radeon": "Radeon 780M", "Radeon Pro W7900"
 _GPU_PATTERNS.append(re.compile(r"(?<![\w])radeon\s+(\d{3}m|(?:pro\s+)?w\d{4}|vii)(?![\w])", ICASE))
 # Apple silicon named before the machine: "M1 的 MacBook Air", "an M2 Mac mini"
-_GPU_PATTERNS.append(re.compile(r"(?<![\w])(m[1-4])(?=\s*(?:的\s*)?(?:mac|imac)(?!\w*\s*(?:os|osx)\b))", ICASE))
+_GPU_PATTERNS.append(re.compile(r"(?<![\w])(m[1-4])(?=\s*(?:的\s*)?(?:mac|imac|\d+\s*g[b]?\s*(?:的)?\s*(?:统一内存|unified))(?!\w*\s*(?:os|osx)\b))", ICASE))
 
 
 def _suffix(word: str | None) -> str:
@@ -44,6 +44,8 @@ def _suffix(word: str | None) -> str:
         return " SFF Ada" if word.startswith("sff") else " Ada"
     if word == "d":  # the China-market "4090D" is one word
         return "D"
+    if word == "s":  # "1660s": the 1660 Super
+        return " Super"
     if word == "m":  # the older laptop parts: "GTX 960M"
         return "M"
     return " Ti Super" if word.startswith("ti") and word.endswith("super") else " Super" if word == "super" else " Ti"

@@ -126,6 +126,8 @@ def find_model(text: str, tags: tuple[str, ...] = ()) -> tuple[str | None, list[
         return picks[0][2], spans, True
     base = picks[0][2] if picks else None  # only a base is named: the user's model is, when it has a name
     m = _OLLAMA_CMD.search(text)
+    if m and m.group(1).rstrip(".,").lower() in _NOT_NAMES_AFTER_MODEL:
+        m = None  # "ollama run finishes ok": the command, not a name after it
     if m:
         word = m.group(1).rstrip(".,")
         if ":" in word:

@@ -14,13 +14,13 @@ _PAR_PATTERNS = [
     # models or cards loaded together
     re.compile(r"(?<![A-Za-z0-9_])" + NUMWORD + r"\s*(?:(?:多|几|来)?(?:个|路|位|名)\s*"
                r"(?:(?!(?:models?|gpus?|cards?)\b)[A-Za-z][A-Za-z0-9]*\s*){0,2}"
-               r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,3}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口|边)?)"
+               r"(?:(?!模型|小时)[\u4e00-\u9fff]){0,4}?|(?:[A-Za-z]+\s*)?(?:人|用户|请求|客户端|会话|同事|应用|窗口|边)?)"
                r"\s*(?:[(（][^)）\n]{0,40}[)）])?\s*(?:同时|并发|一起(?!加载|载入|load)|并行)", ICASE),
     # people sharing one box: "6 个人共用一台 Mac Studio", "三个同事合用一张卡"
     re.compile(r"(?<![A-Za-z0-9_])" + NUMWORD + r"\s*(?:多|几|来)?(?:个|位|名)?\s*(?:人|同事|用户|学生|员工)\s*(?:共用|共享|合用)"),
     # "同时开 3 个会话", "同时 2 个请求", "同时发了 10 个请求"
     # "同时 6 个 session"
-    re.compile(r"同时\s*(?:开|发|跑|用|接|处理)?\s*(?:了)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人|线程|"
+    re.compile(r"(?:同时|并发|并行|一次性|一口气)\s*(?:开|发|跑|用|接|处理|打|起)?\s*(?:了)?\s*" + NUMWORD + r"\s*(?:个|路)\s*(?:会话|请求|窗口|用户|人|线程|协程|进程|任务|"
                r"(?:sessions?|requests?|users?|clients?|chats?|connections?|agents?|workers?|threads?|tabs?)\b)", ICASE),
     # "同时在线约 200 人": people online at once
     re.compile(r"同时在线\s*(?:约|大约|大概|将近|差不多|超过)?\s*" + NUMWORD + r"\s*(?:多)?\s*(?:个|位|名)?\s*(?:人|用户)"),
@@ -41,6 +41,10 @@ _PAR_PATTERNS = [
                r"workers|agents|processes|branches|jobs|tasks|scripts)\s+"
                r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel|"
                r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant)|in flight)", ICASE),
+    # "10+ people", "20+ users at once": a count with a plus is still the count
+    re.compile(r"\b(\d+)\+\s*(?:[a-z]+\s+)?(?:users|people|ppl|folks|clients|agents|workers|requests|sessions|calls)\b", ICASE),
+    # "16 threads -> it dies. 1 thread ok": threads set against a single one are the ones sending
+    re.compile(r"\b(\d+)\s+(?:threads|workers|processes)\b(?=[^\n]{0,80}?\b(?:1|one|a single|single)\s+(?:thread|worker|process)\s+(?:is\s+|works\s+|runs\s+)?(?:ok|okay|fine|works)\b)", ICASE),
     # "8 in-flight requests", "4 outstanding calls"
     re.compile(r"\b" + NUMWORD + r"\s+(?:in-flight|inflight|outstanding|simultaneous)\s+(?:requests|calls|jobs|generations)\b", ICASE),
     # people of a household or a team who use it: "my two kids both use it", "three roommates share it"
@@ -61,6 +65,7 @@ _PAR_PATTERNS = [
     re.compile(r"(?:concurrency|parallelism|ollama_num_parallel|num_parallel|--parallel|(?<![\w-])parallel)"
                r"\s*(?:level\s*)?(?:of|=|:|to|is|at|set to|设成|设为|设置为|设置成|设到|改成|改为|调到|开到|是|为)?\s*(\d+)\b"
                r"(?!\s*(?:g|gb|k|%))", ICASE),
+    re.compile(r"(?:concurrency|ollama_num_parallel|num_parallel|--parallel|(?<![\w-])parallel|并发数?)\s*(?:from|从)\s*\d+\s*(?:to|改成|改为|改到|调到|调成|加到|提到|升到|到|->|→)\s*(\d+)\b(?!\s*(?:g|gb|k|%))", ICASE),
     re.compile(r"\b(a couple of|a pair of)\s+(?:concurrent|simultaneous|parallel)\b", ICASE),
     # "a second request while the first is still streaming": the second one makes two
     re.compile(r"\b(?:a|the)\s+(second|third|fourth)\s+(?:request|prompt|call|chat|user|client)"

@@ -34,8 +34,14 @@ _NEGATION_BEFORE = re.compile(
 _OLLAMA_RUN = re.compile(r"ollama\s+run\b", _I)
 # a cause the user only asks about ("是 num_predict 的问题还是显存不够？", "is it running out of memory?")
 # is a guess, not a symptom
-_GUESS_BEFORE = re.compile(r"(?:还是|是不是|是否|会不会|难道是?|\bor\s+is\s+it)\s*(?:\w+\s+)?$", _I)
+_GUESS_BEFORE = re.compile(r"(?:还是|是不是|是否|会不会|难道是?|这是|是因为|\bor\s+is\s+it)\s*(?:\w+\s+)?$", _I)
 _QUESTION_AFTER = re.compile(r"^[^。,，.;；!！\n]{0,8}?(?:[?？]|吗|呢)")
+# a freeze that ends in a crash ("一加载就卡死，过一会 ollama 自己退出了", "freezes for a minute and then EOF")
+# is the crash; only the strong crash cues count after it, not a bare "error"
+# where the message rules a time out, a learned guess of another time must be this sure: the denied
+# word is still in the text, and a reader of character n-grams half-reads it as said
+_SURE_DESPITE_A_DENIAL = 0.5
+_THEN = re.compile(r"\bthen\b|然后|过(?:了)?一会儿?|最后|接着|随后|后来", _I)
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,26 @@ def _read(axis: str, prose: str, error: str, failed: bool, denials: bool = True)
     return "unknown", None
 
 
+def _dying_process_cues():
+    """The crash group's first two rows in ``lexicon/what.yaml``: the zh and en
+    words for a process that dies. The rows after them (a bare error, an HTTP
+    500) are too weak to turn a freeze into a crash."""
+    return next(g for g in lexicon("what").groups if g.value == "crash").cues[:2]
+
+
+def _hang_then_crash(full: str, prose: str, err: str, cue: str) -> tuple[str, str]:
+    strong = _dying_process_cues()
+    at = prose.find(cue)
+    for m in _THEN.finditer(prose, max(at, 0)):
+        after = prose[m.end():m.end() + 60]
+        found = _first(strong, after, negatable=True)
+        if not found and err and full.find(err, m.end() - 1) >= 0 and full.find(err, m.end() - 1) - m.end() < 12:
+            found = _first(strong, err)
+        if found:
+            return "crash", found
+    return "hang", cue
+
+
 def read_symptom(full: str, prose: str, error: str | None,
                  want_parallel: int | None) -> tuple[str, str, str, str | None, bool]:
     """``(when, what, phase, cue, learned)`` for a message; ``prose`` is the
@@ -117,6 +143,8 @@ def read_symptom(full: str, prose: str, error: str | None,
     said it), which is weak evidence."""
     err = error or ""
     what, what_cue = _read("what", prose, err, failed=True)
+    if what == "hang":
+        what, what_cue = _hang_then_crash(full, prose, err, what_cue)
     failed = what not in ("unknown", "slow") or bool(error)
     when, when_cue = _read("when", prose, err, failed)
     if when == "over_time" and what == "unknown":
@@ -124,14 +152,17 @@ def read_symptom(full: str, prose: str, error: str | None,
     # several requests at once and trouble of any kind, a slowdown too ("NUM_PARALLEL=4 以后速度掉到 1~2")
     if when == "unknown" and (failed or what == "slow") and want_parallel and want_parallel > 1:
         when, when_cue = "concurrent", f"parallel {want_parallel}"
-    if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash"):
+    if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash", "hang"):
         when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading
     learned = False
     # asked only where the message reports trouble (no trouble: a question, not a symptom); a time the
     # user denied ("it doesn't crash at load, it dies later") must not come back as the guess
     if when == "unknown" and (what != "unknown" or error):
         guess = guess_when(full)
-        if guess is not None and guess.when == _read("when", prose, err, failed, denials=False)[0]:
+        # (and a message that rules a time out, its word still in it, confuses a reader of words: only a
+        # confident guess stands there)
+        denied = _read("when", prose, err, failed, denials=False)[0]
+        if guess is not None and (guess.when == denied or denied != "unknown" and guess.probability < _SURE_DESPITE_A_DENIAL):
             guess = None
         if guess is not None:
             when, when_cue, learned = guess.when, guess.cue, True

@@ -42,6 +42,10 @@ _BELIEF = [re.compile(r"(?:thought|figured|assumed|expected|以为|本以为|还
                       r"(?:my\s+|the\s+|a\s+)?" + SIZE, ICASE),
            re.compile(r"(?<![\w.])" + SIZE + r"\s+(?:would|should|will)\s+(?:be\s+)?(?:plenty|enough|fine)", ICASE),
            re.compile(r"(?:are|is|were|was)\s+" + SIZE + r"\s+(?:just\s+|simply\s+|really\s+)?not\s+enough", ICASE)]
+# "21G of 24G", "~1GB of 96GB on the H20": a reading against the card's size, which is the total
+_OF_TOTAL = re.compile(_NUMBER + r"\s*(?:" + _UNIT + r")?\s*(?:of|out of)\s*(?:the\s+|my\s+|its\s+)?" + SIZE, ICASE)
+# "两张 T4，每张16G": the size of each card
+_EACH_CARD = re.compile(r"(?:每(?:一)?(?:张|块)(?:卡|显卡)?|每(?:一)?个(?:卡|显卡|gpu))\s*(?:都|是|有|都是|都有)?\s*" + SIZE, ICASE)
 _RAM_AFTER = re.compile(r"^\s*(?:of\s+)?(?:system\s+|host\s+)?(?:ram\b|(?<!显)内存)", ICASE)
 _ANY_SIZE = re.compile(r"(?<![\w.])" + SIZE, ICASE)
 
@@ -87,6 +91,13 @@ def readings(text: str, free: list, total: list, card: list) -> None:
         said = _last_size(text, m.start(), reach=120)
         if said:
             free.append(to_bytes(m.group(1), said[1]))
+    for m in _OF_TOTAL.finditer(text):
+        used, size = to_bytes(m.group(1), m.group(2) or m.group(4)), to_bytes(m.group(3), m.group(4))
+        if used and size and used < size and not _RAM_AFTER.match(text, m.end()):
+            total.append(size)
+    for m in _EACH_CARD.finditer(text):
+        if not _RAM_AFTER.match(text, m.end()):
+            card.append(to_bytes(m.group(1), m.group(2)))
     for rx in _BELIEF:
         for m in rx.finditer(text):
             if not _RAM_AFTER.match(text, m.end()):

@@ -64,6 +64,7 @@ _USAGE_BEFORE = re.compile(
 )
 # "nvidia-smi shows 7400MiB free": a reading of what is free is the budget, though "shows 7G" alone is usage
 _SHOWN_BEFORE = re.compile(r"(?:shows?|showed|显示|reports?)\s*(?:about|around|大概|约|almost|nearly)?\s*$", ICASE)
+_HELD_AFTER = re.compile(r"\s*(?:一直|还|都|全都)\s*(?:被[^，。,\n]{0,8}?)?占(?:着|用着)", ICASE)
 _RAM_NEAR = re.compile(r"(?<!显)(?:\bram\b|内存|system memory|系统内存)", ICASE)
 # "a 4090 with 64GB of system RAM": the size beside the card is the host's
 _RAM_AFTER = re.compile(r"\s*(?:of\s+)?(?:(?:system\s+|host\s+|cpu\s+|ddr\d\s+)?(?:ram\b|(?<!显)内存)|(?:system|host)\s+memory)", ICASE)
@@ -92,6 +93,8 @@ def find_budget(text: str, gpus) -> int | None:
     for i, rx in enumerate(_BUDGET_PATTERNS):
         for m in rx.finditer(text):
             before = text[max(0, m.start(1) - 14):m.start(1)]  # before the size, not the card word
+            if i == 0 and _HELD_AFTER.match(text, m.end()):
+                continue  # "38G 显存一直被占着": what is held, not what the card has
             if i in (0, 2, 6) and _USAGE_BEFORE.search(before) and not (i in (2, 6) and _SHOWN_BEFORE.search(before)):
                 continue
             if i in (2, 3, 7, 8) and _RAM_NEAR.search(text[max(0, m.start() - 16):m.end() + 8]):
@@ -121,7 +124,7 @@ _SHARE = re.compile(
     # a fraction in words: "lets me use half the card", "只能用一半显存"
     r"|(?:(?:use|using|get|have|spare|give|allot|dedicate)\s+|用\s*)(?:it\s+|ollama\s+)?(?:only\s+|at most\s+)?(half|a third|a quarter)\s+"
     r"(?:of\s+)?(?:the\s+|my\s+|this\s+)?(?:card|gpu|vram|device|gpu memory|\d+(?:\.\d+)?\s*(?:gb|gib|g)\b)"
-    r"|(?:只能|最多|只|可以)(?:用|占|分到)\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡)"
+    r"|(?:只能|最多|只|可以|(?:只)?(?:想|要)让\s*(?:它|ollama)\s*(?:只)?)(?:用|占|分到)\s*(一半|三分之一|四分之一)\s*(?:的)?\s*(?:显存|显卡)"
     r"|(?:显存|显卡|卡)\s*(?:我|我们|ollama)?\s*(?:只能|最多|只)(?:用|占|分到)\s*(一半|三分之一|四分之一)"
     # the card first, then the share: "最多只能占整张 A100 的 40%"
     r"|(?:只能|最多|只|可以)(?:只能)?(?:用|占|使用|分到)\s*[^,。;\n%]{0,14}?的\s*(\d{1,3}(?:\.\d+)?)\s*%"
