@@ -14,7 +14,7 @@ answer counts only at ``MIN_PROBABILITY`` or above and for a message of
 marked weak (a chat model's reading may override it).
 
 Fitting is deterministic (same corpus, same coefficients) and takes about
-5 s on two cores with the import (more on a busy machine); it happens once per process, at the first
+6-7 s on two cores with the import, for about 1,000 examples (more on a busy machine); it happens once per process, at the first
 message that needs it, or in the background from :func:`warm_up` (the chat
 starts it before the user's first message). If it cannot fit, the message is
 read without it. The held-out corpus (``tests/data/intake/``) is never in the
@@ -33,6 +33,8 @@ import yaml
 from assistant.intake.text import normalise
 
 CORPUS = Path(__file__).parent / "corpus"
+# libyaml's safe loader where PyYAML was built with it: a tenth of the pure-Python loader's second
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: below this the guess is not used. Chosen on the development batches alone
 #: (bench/intake_when_model.py --sweep): replaying rounds 3-8 (each batch read
 #: by the cues as they stood before that batch was tuned on, this model fitted
@@ -83,7 +85,7 @@ def examples(stems: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
         files = sorted(CORPUS.glob("dev*.yaml")) + sorted(CORPUS.glob("pinned_*.yaml"))
     out = []
     for path in files:
-        for row in yaml.safe_load(path.read_text(encoding="utf-8")):
+        for row in yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER):
             if "when" in row or "what" in row:
                 out.append((normalise(row["text"]), row.get("when") or "unknown"))
             elif row["phase"] in _WHEN_OF_PINNED_PHASE:
@@ -133,7 +135,7 @@ def _model():
 
 def warm_up() -> None:
     """Fit in the background: the chat starts this while the user types, so
-    the first message does not wait for it (about 4 s on two cores)."""
+    the first message does not wait for it (about 6 s on two cores)."""
     def fit_quietly():
         try:
             _model()
