@@ -184,11 +184,15 @@ def combine(parser: Intake, llm: Intake | LlmReading | None) -> tuple[Intake, di
         else:
             won[name] = "parser"
     if "phase" in fill:
-        fill.update(phase_cue=llm.phase_cue, when=llm.when, what=llm.what, when_learned=False)
+        fill.update(phase_cue=llm.phase_cue, when=llm.when, what=llm.what)
     if "want_ctx" in fill:
         fill["ctx_estimated"] = False
     if "budget" in fill:
         fill["budget_share"] = None
+    # what the chat model replaced is no longer the learned readers'
+    replaced = {"when", "what"} if "phase" in fill else set()
+    replaced |= {"budget"} & fill.keys()
+    fill["learned"] = tuple(name for name in parser.learned if name not in replaced)
     return replace(parser, **fill), won
 
 

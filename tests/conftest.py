@@ -106,6 +106,13 @@ def raise_errors(monkeypatch):
     monkeypatch.setenv("OOMVET_RAISE", "1")
 
 
+@pytest.fixture
+def cues_only(monkeypatch):
+    """The intake's hand-written readers alone: the learned ones
+    (assistant/intake/learned.py) are switched off, as where they cannot be fitted."""
+    monkeypatch.setattr("assistant.intake.learned.fitted", lambda: None)
+
+
 @pytest.fixture(autouse=True)
 def _journal_in_tmp(tmp_path_factory, monkeypatch):
     """Sessions a test runs are journalled in a folder of its own, never the user's."""

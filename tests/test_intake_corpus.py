@@ -23,6 +23,8 @@ def test_the_first_batch_is_split_seventy_thirty_and_no_message_is_on_both_sides
     assert 0.28 <= len(first_held) / (len(first_dev) + len(first_held)) <= 0.32
     dev, held = load_corpus("dev"), load_corpus("heldout")
     assert not {r["text"] for r in dev} & {r["text"] for r in held}
+    # the 30%: of the whole corpus, not only of the first batch
+    assert len(held) / (len(dev) + len(held)) >= 0.30
 
 
 def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_them():
@@ -36,10 +38,10 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 
 # Measured, not tuned: the figures of every round, before and after its
 # tuning, and how they were taken, are in docs/intake-corpus.md. After round
-# 10 (438 held-out messages): when 409 (93.4%), what 410 (93.6%), phase 407
-# (92.9%), budget 407 (92.9%); every other field >= 97.0%.
+# 11 (488 held-out messages): when 458 (93.9%), what 462 (94.7%), phase 455
+# (93.2%); budget 470 (96.3%) and every other field >= 96.5%.
 # strict: a mark must go when its field reaches the goal.
-_SHORT_OF_GOAL = {"when": "93.4%", "what": "93.6%", "phase": "92.9%", "budget": "92.9%"}
+_SHORT_OF_GOAL = {"when": "93.9%", "what": "94.7%", "phase": "93.2%"}
 
 
 @pytest.mark.parametrize("field", [

@@ -166,10 +166,9 @@ def test_when_and_what_are_two_axes_and_the_phase_follows_when_first(text, when,
     ("我从早上到下午一直在测，一加载就崩", "load", "crash"),
     ("we both use it, never at the same time, and long prompts crash", "long_input", "crash"),
 ])
-def test_a_denied_or_borrowed_cue_word_does_not_count(text, when, what, monkeypatch):
-    # the cues alone: the learned reader (when_model) may still place in time a
-    # message no cue does, and is tested in test_intake_when_model.py
-    monkeypatch.setattr("assistant.intake.phase.guess_when", lambda text: None)
+def test_a_denied_or_borrowed_cue_word_does_not_count(text, when, what, cues_only):
+    # the cues alone: the learned readers may still read a message no cue
+    # does, and are tested in test_intake_learned.py
     got = parse(text)
     assert (got.when, got.what) == (when, what)
 

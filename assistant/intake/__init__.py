@@ -8,9 +8,11 @@ memory budget asked for, the GPU, the error text quoted from Ollama or CUDA,
 and whether the context may shrink. It is deterministic: regular expressions
 and a fixed precedence between phase cues, no network, so the same message
 always yields the same facts and every phase comes with the cue that decided
-it. Where no cue says *when*, a classifier fitted on the packaged development
-corpus (``when_model``) may place it, and says so in the cue. It never raises
-for any string; text it cannot read is phase ``unknown``. Optional help from a chat model lives in :mod:`assistant.intake_llm`.
+it. Where no cue says *when* or *what*, or the size grammar finds no budget,
+readers fitted on the packaged development corpus (:mod:`learned`) may, and
+``Intake.learned`` names the fields they gave. It never raises for any
+string; text it cannot read is phase ``unknown``. Optional help from a chat
+model lives in :mod:`assistant.intake_llm`.
 
 Each field has a reader of its own in this package (``error_text``, ``model_names``,
 ``context``, ``parallel``, ``gpus``, ``sizes``, ``keep_context``, ``phase``); the cue
@@ -20,21 +22,21 @@ each on the text the earlier ones left.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import replace
 
 from assistant.i18n import catalog
 from assistant.intake.context import estimate_ctx, find_ctx
-from assistant.intake.error_text import find_error
+from assistant.intake import learned
 from assistant.intake.gpus import find_gpus
 from assistant.intake.keep_context import find_keep_context
 from assistant.intake.lang import detect_lang, has_words
-from assistant.intake.model_names import find_model, normalise_model
+from assistant.intake.model_names import normalise_model
 from assistant.intake.parallel import find_parallel
 from assistant.intake.phase import read_symptom
 from assistant.intake.result import INTAKE_FIELDS, Intake, phase_text
+from assistant.intake.scrub import scrub
 from assistant.intake.sizes import find_budget, find_share, size_of
-from assistant.intake.text import blank, normalise
+from assistant.intake.text import blank
 
 __all__ = ["Intake", "detect_lang", "parse", "merge", "size_of", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
 
@@ -64,17 +66,9 @@ def _safe_lang(text: str) -> str:
         return "en"
 
 
-_LONG_DIGITS = re.compile(r"\d{16,}")
-
-
 def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
-    norm = normalise(original)
-    error, error_spans = find_error(norm)
-    # no size, context or count has 16 digits; hiding such runs (hashes, pasted
-    # tensors) also keeps every number pattern linear in the length of a paste
-    scrubbed = blank(norm, error_spans + [m.span() for m in _LONG_DIGITS.finditer(norm)])
-    model, model_spans, model_sure = find_model(scrubbed, tags)
-    numbers = blank(scrubbed, model_spans)  # "phi3:3.8b-mini-128k" is a name, not a context
+    seen = scrub(original, tags)
+    norm, error, model, numbers = seen.norm, seen.error, seen.model, seen.numbers
     gpus = find_gpus(numbers)
     no_gpus = blank(numbers, [(s, e) for s, e, _ in gpus])
     want_ctx = find_ctx(no_gpus)
@@ -92,10 +86,16 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         budget = None
     elif budget is not None:
         share = None
-    when, what, phase, cue, learned = read_symptom(norm, numbers, error, want_parallel)
+    taught = ()
+    if budget is None and share is None:
+        found = learned.guess_budget(numbers)
+        if found is not None:
+            budget, taught = found.value, ("budget",)
+    symptom = read_symptom(seen, want_parallel)
+    taught = symptom.learned + taught
     return Intake(
         lang=detect_lang(original),
-        phase=phase,
+        phase=symptom.phase,
         model=model,
         want_ctx=estimated or want_ctx,
         want_parallel=want_parallel,
@@ -104,34 +104,46 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         error=error,
         keep_context=find_keep_context(numbers),
         text=original,
-        phase_cue=cue,
-        when=when,
-        what=what,
+        phase_cue=symptom.cue,
+        when=symptom.when,
+        what=symptom.what,
         budget_share=share,
         ctx_estimated=bool(estimated),
-        when_learned=learned,
-        weak=tuple(name for name, guessed in (("model", model is not None and not model_sure),
+        learned=taught,
+        weak=tuple(name for name, guessed in (("model", model is not None and not seen.model_sure),
                                                ("want_ctx", bool(estimated)),
-                                               ("phase", when == "unknown" or learned)) if guessed),
+                                               ("budget", "budget" in taught),
+                                               ("phase", symptom.when == "unknown" or "when" in taught)) if guessed),
     )
 
 
 def merge(base: Intake, newer: Intake) -> Intake:
     """A chat is several messages: what ``newer`` says overrides, what it leaves
-    out is kept. The language stays the one of the first message that had words."""
+    out is kept, except that a learned reading (``Intake.learned``) never
+    replaces what an earlier message said in words. The language stays the one
+    of the first message that had words."""
+    def guess_over_said(name: str) -> bool:
+        return name in newer.learned and name not in base.learned
+
     changes = {name: getattr(newer, name) for name in INTAKE_FIELDS if getattr(newer, name) is not None}
     if newer.want_ctx is not None:
         changes["ctx_estimated"] = newer.ctx_estimated
-    if newer.budget is not None:
+    if "budget" in newer.learned and (base.budget is not None or base.budget_share is not None):
+        changes.pop("budget", None)
+    elif newer.budget is not None:
         changes["budget_share"] = None
     elif newer.budget_share is not None:
         changes["budget"] = None
-    # a phase the learned reader gave does not replace one a cue gave earlier
-    guess_over_cue = newer.when_learned and base.phase != "unknown" and not base.when_learned
-    if newer.phase != "unknown" and not guess_over_cue:
-        changes.update(phase=newer.phase, phase_cue=newer.phase_cue, when=newer.when, what=newer.what,
-                       when_learned=newer.when_learned)
-    changes["weak"] = tuple(name for name in ("model", "want_ctx", "phase")
+    # a phase a learned reader gave does not replace one a cue gave earlier
+    phase_guessed = guess_over_said("when") or newer.when == "unknown" and guess_over_said("what")
+    if newer.phase != "unknown" and not (phase_guessed and base.phase != "unknown"):
+        changes.update(phase=newer.phase, phase_cue=newer.phase_cue, when=newer.when, what=newer.what)
+    taken_from_newer = {"when", "what"} if "phase" in changes else set()
+    if "budget" in changes:
+        taken_from_newer.add("budget")
+    changes["learned"] = tuple(name for name in ("when", "what", "budget")
+                               if name in (newer.learned if name in taken_from_newer else base.learned))
+    changes["weak"] = tuple(name for name in ("model", "want_ctx", "budget", "phase")
                             if name in (newer.weak if name in changes else base.weak))
     if not has_words(base.text):
         changes["lang"] = newer.lang

@@ -5,8 +5,8 @@ and *what* happens (OOM, crash, slow / spill to CPU, hang, cut output) are
 separate questions; a message may answer one, both or neither. The phase the
 rules receive follows from both, *when* first: a crash at load is a load
 problem, a slowdown with long prompts a long-input one; a message no cue places in
-time is asked of :mod:`when_model`, learned from the development corpus, and
-only when that is unsure too does the *what* decide (slow -> slow, a cut answer ->
+time is asked of :mod:`learned`, fitted on the development corpus (which also
+reads a *what* no cue said), and only when that is unsure too does the *what* decide (slow -> slow, a cut answer ->
 long_input since output is cut at ``num_ctx``, any failure -> crash). The cue
 lists are data, so a phrasing is added by adding a line with its example.
 """
@@ -19,7 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from assistant.intake.when_model import guess_when
+from assistant.intake import learned
+from assistant.intake.learned import Guess
+from assistant.intake.scrub import Scrubbed
 
 _I = re.IGNORECASE | re.ASCII
 _DIR = Path(__file__).parent / "lexicon"
@@ -135,12 +137,35 @@ def _hang_then_crash(full: str, prose: str, err: str, cue: str) -> tuple[str, st
     return "hang", cue
 
 
-def read_symptom(full: str, prose: str, error: str | None,
-                 want_parallel: int | None) -> tuple[str, str, str, str | None, bool]:
-    """``(when, what, phase, cue, learned)`` for a message; ``prose`` is the
-    message with quoted errors blanked, ``full`` the whole text, ``error`` the
-    quoted error. ``learned`` says *when* came from :mod:`when_model` (no cue
-    said it), which is weak evidence."""
+@dataclass(frozen=True)
+class Symptom:
+    when: str
+    what: str
+    phase: str
+    cue: str | None                # the words (or the learned reading) that decided the phase
+    learned: tuple[str, ...] = ()  # the axes a learned reader gave (no cue said them): weak evidence
+
+
+def _learned(axis: str, seen: Scrubbed, failed: bool) -> Guess | None:
+    """The learned reading on ``axis`` (of the view :mod:`scrub` names for
+    it), unless it is a value the user denied ("it doesn't crash at load, it
+    dies later"): the denied word is still in the text, and a reader of
+    character n-grams half-reads it as said, so where the message rules a value
+    out only a confident guess of another stands."""
+    guess = learned.guess(axis, learned.view(axis, seen))
+    if guess is None:
+        return None
+    denied = _read(axis, seen.numbers, seen.error or "", failed, denials=False)[0]
+    if guess.value == denied or denied != "unknown" and guess.probability < _SURE_DESPITE_A_DENIAL:
+        return None
+    return guess
+
+
+def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
+    """The symptom of a message (:func:`scrub.scrub`'s views of it: the cues
+    read ``numbers``, where quoted errors are blanked, and the error apart).
+    Where no cue says *what* or *when*, :mod:`learned` may (``Symptom.learned``)."""
+    full, prose, error = seen.norm, seen.numbers, seen.error
     err = error or ""
     what, what_cue = _read("what", prose, err, failed=True)
     if what == "hang":
@@ -154,18 +179,18 @@ def read_symptom(full: str, prose: str, error: str | None,
         when, when_cue = "concurrent", f"parallel {want_parallel}"
     if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash", "hang"):
         when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading
-    learned = False
-    # asked only where the message reports trouble (no trouble: a question, not a symptom); a time the
-    # user denied ("it doesn't crash at load, it dies later") must not come back as the guess
-    if when == "unknown" and (what != "unknown" or error):
-        guess = guess_when(full)
-        # (and a message that rules a time out, its word still in it, confuses a reader of words: only a
-        # confident guess stands there)
-        denied = _read("when", prose, err, failed, denials=False)[0]
-        if guess is not None and (guess.when == denied or denied != "unknown" and guess.probability < _SURE_DESPITE_A_DENIAL):
-            guess = None
+    taught = []
+    if what == "unknown":
+        guess = _learned("what", seen, True)
         if guess is not None:
-            when, when_cue, learned = guess.when, guess.cue, True
+            what, what_cue = guess.value, guess.cue
+            taught.append("what")
+    # *when* is asked only where the message reports trouble (no trouble: a question, not a symptom)
+    if when == "unknown" and (what != "unknown" or error):
+        guess = _learned("when", seen, failed)
+        if guess is not None:
+            when, when_cue = guess.value, guess.cue
+            taught.append("when")
     if when != "unknown":
-        return when, what, _PHASE_OF_WHEN[when], when_cue, learned
-    return when, what, _PHASE_OF_WHAT.get(what, "unknown"), what_cue, False
+        return Symptom(when, what, _PHASE_OF_WHEN[when], when_cue, tuple(taught))
+    return Symptom(when, what, _PHASE_OF_WHAT.get(what, "unknown"), what_cue, tuple(taught))

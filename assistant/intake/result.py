@@ -30,9 +30,10 @@ class Intake:
     budget_share: float | None = None  # "80% of the GPU": a share of the device, resolved by who knows its total
     ctx_estimated: bool = False       # want_ctx came from a length in characters or words
     weak: tuple[str, ...] = ()        # fields read from weak evidence (a guessed name, an estimate, a phase
-                                      # from "what" alone or from the learned reader): a chat model's reading
-                                      # may override these
-    when_learned: bool = False        # ``when`` came from the learned reader (when_model), not from a cue
+                                      # from "what" alone or from a learned reader, a learned budget): a chat
+                                      # model's reading may override these
+    learned: tuple[str, ...] = ()     # what the learned readers gave (assistant.intake.learned), no cue or
+                                      # grammar: any of "when", "what", "budget"
 
     def facts(self) -> list[dict]:
         """``[symptom, target]``, both valid under :func:`rules.facts.validate`."""

@@ -2,7 +2,7 @@
 size and what something else already holds ("3090 显存 24 个 G 已经被占了 20
 个", "6 of my 8 GB are taken by the desktop", "nvidia-smi shows 181MiB /
 4096MiB before I start anything"), a total across cards or as a tool reports
-it ("一共32G", "4096MiB total"), a size said without its unit after one that
+it ("一共32G", "4096MiB total", "2x 24GB"), a size said without its unit after one that
 had it ("12 gigs total, nvidia-smi says ~10.8 free"), and the card's size said
 as a belief ("Thought 24GB would be plenty", "按说 24G 够了吧").
 
@@ -46,6 +46,8 @@ _BELIEF = [re.compile(r"(?:thought|figured|assumed|expected|以为|本以为|还
 _OF_TOTAL = re.compile(_NUMBER + r"\s*(?:" + _UNIT + r")?\s*(?:of|out of)\s*(?:the\s+|my\s+|its\s+)?" + SIZE, ICASE)
 # "两张 T4，每张16G": the size of each card
 _EACH_CARD = re.compile(r"(?:每(?:一)?(?:张|块)(?:卡|显卡)?|每(?:一)?个(?:卡|显卡|gpu))\s*(?:都|是|有|都是|都有)?\s*" + SIZE, ICASE)
+# "for 2x 24GB": that many cards of that size, said before it (as "3060 12G×2" says it after)
+_COUNT_TIMES = re.compile(r"(?<![\w.])([2-8])\s*[x×*]\s*" + SIZE, ICASE)
 _RAM_AFTER = re.compile(r"^\s*(?:of\s+)?(?:system\s+|host\s+)?(?:ram\b|(?<!显)内存)", ICASE)
 _ANY_SIZE = re.compile(r"(?<![\w.])" + SIZE, ICASE)
 
@@ -95,6 +97,10 @@ def readings(text: str, free: list, total: list, card: list) -> None:
         used, size = to_bytes(m.group(1), m.group(2) or m.group(4)), to_bytes(m.group(3), m.group(4))
         if used and size and used < size and not _RAM_AFTER.match(text, m.end()):
             total.append(size)
+    for m in _COUNT_TIMES.finditer(text):
+        size = to_bytes(m.group(2), m.group(3))
+        if size and not _RAM_AFTER.match(text, m.end()):
+            total.append(int(m.group(1)) * size)
     for m in _EACH_CARD.finditer(text):
         if not _RAM_AFTER.match(text, m.end()):
             card.append(to_bytes(m.group(1), m.group(2)))

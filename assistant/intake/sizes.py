@@ -70,6 +70,34 @@ _RAM_NEAR = re.compile(r"(?<!显)(?:\bram\b|内存|system memory|系统内存)",
 _RAM_AFTER = re.compile(r"\s*(?:of\s+)?(?:(?:system\s+|host\s+|cpu\s+|ddr\d\s+)?(?:ram\b|(?<!显)内存)|(?:system|host)\s+memory)", ICASE)
 
 
+# the size of something other than the card: a model's or a file's ("I only use 8GB models", "5G 的模型"),
+# or one request's share ("每个请求 2G 左右")
+_OF_SOMETHING_ELSE_AFTER = re.compile(r"\s*(?:的)?\s*(?:models?\b|模型|weights?\b|files?\b|文件|gguf\b|权重)", ICASE)
+_PER_BEFORE = re.compile(r"(?:每(?:个|一个|条|次)?|单个|\bper|\beach)\s*(?:请求|并发|槽位?|slots?|requests?|users?|用户|会话|sessions?|workers?)"
+                         r"\s*(?:大概|大约|约|about|around|~)?\s*$", ICASE)
+_SOMETHING_ELSE_BEFORE = re.compile(r"(?:\bmodels?|模型|\bfiles?|文件|\bgguf|\bweights?|权重)(?:\s*file)?\s*(?:size\s*|大小\s*)?"
+                                    r"(?:is|are|was|是|有|只有|就|:|=)?\s*(?:only|just|about|around|大概|约|才)?\s*$", ICASE)
+# `ollama ps` lists loaded models: a size read off it ("ollama ps says 14.9 GB") is a model's
+_OLLAMA_PS_BEFORE = re.compile(r"ollama\s+ps\b[^.\n。;；!?！？]{0,30}$", ICASE)
+_GPU_WORD_AFTER = re.compile(r"\s*(?:的)?\s*(?:显存|vram|gpu memory|video memory)?", ICASE)
+_RAM_BEFORE = re.compile(r"(?:\bram\b|(?<!显)内存|system memory|系统内存)\s*(?:是|有|只有|:|=|of|only|just|is)?\s*$", ICASE)
+
+
+def said_not_budget(text: str, start: int, end: int) -> bool:
+    """Whether the size at ``text[start:end]`` is said as something other than
+    the GPU memory the user has: what something uses or holds ("is using
+    11GB", "38G 显存一直被占着"), system RAM ("16G 内存", "64GB of system RAM"),
+    a model's, a file's or one request's size ("8GB models", "the model file is
+    only 4.7GB", "ollama ps says 14.9 GB", "每个请求 2G"). The learned
+    budget ranker never picks such a size: what the grammar knows is not a
+    budget stays not one."""
+    before = text[max(0, start - 14):start]
+    held_at = end + _GPU_WORD_AFTER.match(text, end).end() - end  # "38G 显存一直被占着": past the card's word
+    return bool(_USAGE_BEFORE.search(before) or _PER_BEFORE.search(before) or _RAM_BEFORE.search(before)
+                or _SOMETHING_ELSE_BEFORE.search(before) or _OLLAMA_PS_BEFORE.search(text[max(0, start - 40):start])
+                or _HELD_AFTER.match(text, held_at) or _RAM_AFTER.match(text, end) or _OF_SOMETHING_ELSE_AFTER.match(text, end))
+
+
 _LONE_SIZE = re.compile(r"^\s*(?:about|around|大概|约|只有|有)?\s*" + _SIZE + r"\s*(?:左右|上下)?\s*$", ICASE)
 
 

@@ -1,0 +1,257 @@
+"""Readers that learned from examples, asked only where the hand-written
+readers found nothing.
+
+The cue lexicons (``lexicon/``) and the size grammar read the phrasings they
+were given, and each new writer brings phrasings no earlier one used ("the
+runner dies the instant it comes up", "一run就寄了", "两张 T4，每张16G"). Three
+readers fitted on the development corpus that ships with the package
+(``corpus/dev*.yaml``, every message labelled by the conventions in
+``dev.yaml``'s header) generalise over spelling and word order where a list of
+patterns cannot:
+
+- *when* the trouble happens: a character n-gram logistic regression over the
+  message, asked where no cue of ``lexicon/when.yaml`` said when, and only for
+  a message that reports trouble (a plain question is never placed in time);
+- *what* happens: the same kind of model, asked where no cue of
+  ``lexicon/what.yaml`` said what;
+- the *budget*: a ranker over the sizes the message mentions
+  (:mod:`budget_model`), asked where the size grammar read none.
+
+Each is weaker evidence than a hand-written reading: it counts only at its
+threshold or above and for a message of ``MIN_LENGTH`` or more, the field it
+filled is listed in ``Intake.learned`` and marked weak (a chat model's reading
+may override it), and a later message's learned reading never replaces an
+earlier message's cue. The thresholds were chosen on development data alone
+(``bench/intake_learned.py``): each development batch read by the intake as it
+stood before that batch was tuned on (a new writer's view), each reader fitted
+on every other batch.
+
+Fitting is deterministic (same corpus, same coefficients) and takes about 1 s
+for all three on two cores, plus 2-3 s to import scikit-learn; it happens once
+per process, at the first message that needs it, or in the background from
+:func:`warm_up` (the chat starts it before the user's first message). If it
+cannot fit, messages are read without it. The held-out corpus
+(``tests/data/intake/``) is never in the package, so no model ever sees it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+
+from assistant.intake.scrub import Scrubbed, scrub
+
+CORPUS = Path(__file__).parent / "corpus"
+# libyaml's safe loader where PyYAML was built with it: a tenth of the pure-Python loader's second
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: below this a reader's guess is not used. Chosen on the development batches
+#: alone (bench/intake_learned.py --sweep): over the twelve batches of rounds
+#: 3-11 read as a new writer met them (940 messages), *when* at 0.4 and *what*
+#: at 0.4 gained the most phases (709 -> 845 before the veto below) with the
+#: most *what* readings (828 -> 865); *when* at 0.3 or 0.5 lost 1-2 phases,
+#: *what* at 0.3 or 0.5 lost 1.
+MIN_PROBABILITY = {"when": 0.4, "what": 0.4}
+#: a learned *what* stands only where the reader gives "no trouble at all"
+#: (its "unknown") less than this. The corpus is nearly all trouble reports, so
+#: for a plain question ("will 32k fit in 12G?", "how much VRAM for two
+#: users?") the likeliest trouble can still beat 0.4 while "no trouble" is
+#: 0.1-0.3. On the replay (bench/intake_learned.py --sweep, 940 messages):
+#: 0.1 phase 845 -> 854, what 865 -> 880, plain questions read as such 23 -> 33
+#: of 50; 0.05: phase 854, what 877; 0.2: 846; balanced class weights instead: 849.
+MAX_NO_TROUBLE = 0.1
+#: inverse regularisation of the logistic regressions: 30 did best of 10, 30
+#: and 100 on the first replay (rounds 3-5); later replays moved by a message or two
+REGULARISATION_C = 30.0
+#: a message shorter than about a sentence (a CJK character counts two) is too
+#: little to learn from: "it crashes" or "8k" stay with the cues
+MIN_LENGTH = 40
+#: only the start of a long paste is read: every training message is shorter
+#: than this, and a 1 MB log would cost seconds and hundreds of MB of n-grams
+MAX_CHARS = 4000
+#: character n-grams within words; (1, 5), (2, 5), n-grams across words and
+#: added word n-grams all did as well or worse on the replays
+NGRAMS = (1, 4)
+AXES = ("when", "what")
+
+
+@dataclass(frozen=True)
+class Guess:
+    value: str | int
+    probability: float
+
+    @property
+    def cue(self) -> str:
+        """What ``Intake.phase_cue`` says for a learned reading."""
+        return f"learned from examples ({self.probability:.0%})"
+
+
+#: what a pinned table's phase implies on each axis; a phase that leaves an
+#: axis open (long_input may come from a cut answer alone, crash from an OOM, a
+#: crash or a hang) teaches that axis nothing. The pinned rows of phase
+#: "unknown" are plain questions ("够不够？", "What fits?"), a kind the
+#: development batches, mostly trouble reports, have few of.
+_PINNED = {
+    "when": {"load": "load", "concurrent": "concurrent", "creeping": "over_time",
+             "crash": "unknown", "slow": "unknown", "unknown": "unknown"},
+    "what": {"slow": "slow", "unknown": "unknown"},
+}
+
+
+def corpus_rows(stems: tuple[str, ...] | None = None) -> list[dict]:
+    """The development messages (every ``dev*.yaml``, or the batches named)."""
+    files = [CORPUS / f"{stem}.yaml" for stem in stems] if stems is not None else sorted(CORPUS.glob("dev*.yaml"))
+    return [row for path in files for row in yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)]
+
+
+def view(axis: str, seen: Scrubbed) -> str:
+    """The text a reader reads (:mod:`scrub`): *when* the message with the
+    quoted error and the model name blanked, *what* with the name blanked."""
+    return seen.numbers if axis == "when" else seen.unnamed
+
+
+def labelled(stems: tuple[str, ...] | None = None) -> list[tuple[Scrubbed, dict]]:
+    """Every development message (or those of the batches named) and the
+    pinned tables' rows (``pinned_*.yaml``), each scrubbed, with its labels."""
+    if stems is None:
+        stems = tuple(p.stem for p in sorted(CORPUS.glob("dev*.yaml")) + sorted(CORPUS.glob("pinned_*.yaml")))
+    return [(scrub(row["text"]), row) for row in corpus_rows(stems)]
+
+
+def examples(axis: str = "when", rows: list[tuple[Scrubbed, dict]] | None = None) -> list[tuple[str, str]]:
+    """``(text as the reader sees it, value)`` on ``axis`` of every labelled
+    row (:func:`labelled`) whose labels say that axis: a corpus message's own
+    label, a pinned row's phase where it implies the axis."""
+    out = []
+    for seen, row in labelled() if rows is None else rows:
+        if "when" in row or "what" in row:
+            out.append((view(axis, seen), row.get(axis) or "unknown"))
+        elif row["phase"] in _PINNED[axis]:
+            out.append((view(axis, seen), _PINNED[axis][row["phase"]]))
+    return out
+
+
+def fit(pairs: list[tuple[str, str]]):
+    """A fitted scikit-learn pipeline over ``(text, value)`` pairs. newton-cg
+    reaches the same optimum as lbfgs in a tenth of the time on this data."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    texts, labels = zip(*pairs)
+    model = make_pipeline(TfidfVectorizer(analyzer="char_wb", ngram_range=NGRAMS, sublinear_tf=True),
+                          LogisticRegression(C=REGULARISATION_C, solver="newton-cg", max_iter=3000))
+    return model.fit(list(texts), list(labels))
+
+
+class Models(NamedTuple):
+    when: object
+    what: object
+    budget: object
+
+
+def fit_all(rows: list[tuple[Scrubbed, dict]] | None = None) -> Models:
+    """The three readers fitted on ``rows`` (default: the package corpus, :func:`labelled`)."""
+    from assistant.intake import budget_model
+
+    rows = labelled() if rows is None else rows
+    corpus = [pair for pair in rows if "when" in pair[1] or "what" in pair[1]]  # the pinned rows carry no budget label
+    return Models(fit(examples("when", rows)), fit(examples("what", rows)), budget_model.fit(budget_model.examples(corpus)))
+
+
+def _wide(ch: str) -> bool:
+    return "\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af"
+
+
+def long_enough(text: str) -> bool:
+    return sum(2 if _wide(ch) else 1 for ch in text.strip()) >= MIN_LENGTH
+
+
+_LOCK = threading.Lock()
+_FITTED: list = []   # the fitted models, once there are
+_FAILED: list = []   # why they could not be fitted: not tried again in this process
+
+
+def models() -> Models:
+    """The three fitted readers; fitted at the first call in this process."""
+    # a timed wait, not a plain acquire: Ctrl-C must reach the chat while the
+    # background fit holds the lock (a plain acquire cannot be interrupted on Windows)
+    while not _LOCK.acquire(timeout=0.2):
+        pass
+    try:  # one fit per process, whichever thread asks first
+        if _FAILED:
+            raise _FAILED[0]
+        if not _FITTED:
+            try:
+                _FITTED.append(fit_all())
+            except Exception as exc:  # noqa: BLE001 - kept, so each later message skips the models at once
+                _FAILED.append(exc)
+                raise
+        return _FITTED[0]
+    finally:
+        _LOCK.release()
+
+
+def fitted():
+    """:func:`models`, or None where they cannot be fitted (then the
+    hand-written readers read the message alone)."""
+    try:
+        return models()
+    except Exception:  # noqa: BLE001 - without the models the cues and the grammar still read the message
+        if os.environ.get("OOMVET_RAISE"):
+            raise
+        return None
+
+
+def warm_up() -> None:
+    """Fit in the background: the chat starts this while the user types, so
+    the first message does not wait for it."""
+    def fit_quietly():
+        try:
+            models()
+        except Exception:  # noqa: BLE001 - the message's own call reports it
+            pass
+    threading.Thread(target=fit_quietly, name="oomvet-learned-readers", daemon=True).start()
+
+
+def guess(axis: str, text: str, model=None, threshold: float | None = None) -> Guess | None:
+    """The learned value on ``axis`` ("when" or "what") of ``text`` (that
+    reader's :func:`view` of a message), or None when the model says
+    "unknown", is less sure than ``threshold`` (default
+    ``MIN_PROBABILITY[axis]``), or the text is too short."""
+    text = text[:MAX_CHARS]
+    if not long_enough(text):
+        return None
+    if model is None:
+        bundle = fitted()
+        if bundle is None:
+            return None
+        model = getattr(bundle, axis)
+    probabilities = model.predict_proba([text])[0]
+    best = int(probabilities.argmax())
+    value, probability = str(model.classes_[best]), float(probabilities[best])
+    if value == "unknown" or probability < (MIN_PROBABILITY[axis] if threshold is None else threshold):
+        return None
+    if axis == "what" and float(probabilities[list(model.classes_).index("unknown")]) >= MAX_NO_TROUBLE:
+        return None
+    return Guess(value, probability)
+
+
+def guess_budget(numbers: str, model=None, threshold: float | None = None) -> Guess | None:
+    """The learned budget in bytes among the sizes of ``numbers`` (the scrubbed
+    text, :mod:`scrub`), or None when it has none or is less sure than
+    ``threshold`` (default ``budget_model.MIN_PROBABILITY``)."""
+    from assistant.intake import budget_model
+
+    if model is None:
+        bundle = fitted()
+        if bundle is None:
+            return None
+        model = bundle.budget
+    best = budget_model.rank(numbers[:MAX_CHARS], model)
+    if best is None or best[1] < (budget_model.MIN_PROBABILITY if threshold is None else threshold):
+        return None
+    return Guess(best[0], best[1])
