@@ -13,7 +13,7 @@ from assistant.atomic import check_out_dir
 from assistant.deliver import deliver
 from assistant.i18n import catalog, set_lang, t
 from assistant.intake import parse as parse_intake
-from assistant.intake import when_model
+from assistant.intake import learned
 from assistant.session import Session
 from assistant.session_args import add_session_args, settle_s
 from assistant.ui import ChatUI, QuitSession
@@ -42,13 +42,15 @@ def run(args, console: Console | None = None, stream=None) -> int:
     check_out_dir(args.out)  # refused before the conversation, not after the measurements
     ui = ChatUI(console, stream=stream, auto=args.auto, lang=args.lang)
     console.print(Text(t("chat.hello"), style="bold"))
-    when_model.warm_up()  # fitted while the user types the first message
+    learned.warm_up()  # fitted while the user types the first message
     try:
         first = ui.read("")
         intake = parse_intake(first)
         if args.llm:
             intake = _with_llm(intake, first, args, console)
         lang = set_lang(args.lang or intake.lang)
+        if not args.budget and "budget" in intake.learned:
+            intake = _confirmed_budget(intake, ui)
         if not args.budget and intake.budget:
             args.budget = str(intake.budget)
         elif not args.budget and intake.budget_share:
@@ -68,6 +70,22 @@ def run(args, console: Console | None = None, stream=None) -> int:
     except (QuitSession, KeyboardInterrupt):
         console.print(t("chat.bye"))
         return 130 if stream is None else 0
+
+
+def _confirmed_budget(intake, ui):
+    """The reading with a learned budget confirmed, replaced or dropped by the user."""
+    from dataclasses import replace
+
+    from assistant.answers import Share
+
+    answer = ui.confirm_budget(intake.budget)
+    if answer == intake.budget:
+        return intake
+    learned_fields = tuple(name for name in intake.learned if name != "budget")
+    weak = tuple(name for name in intake.weak if name != "budget")
+    if isinstance(answer, Share):
+        return replace(intake, budget=None, budget_share=answer.fraction, learned=learned_fields, weak=weak)
+    return replace(intake, budget=answer, budget_share=None, learned=learned_fields, weak=weak)
 
 
 def _heard(intake) -> str:

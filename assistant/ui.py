@@ -204,6 +204,31 @@ class ChatUI:
             self.history.append((question, value))
             return value
 
+    def confirm_budget(self, guess: int) -> Any:
+        """A budget only the learned reader took from the message is a guess,
+        and it becomes the limit of every measurement: the user keeps it (Enter
+        or yes), drops it (no: the device's own total is the limit), or types
+        the right figure (bytes, or a :class:`Share`). ``--auto`` keeps it and says so."""
+        text = t("ui.budget_guess", v=fmt_size(guess))
+        if self.auto:
+            self.say(t("ui.budget_guess_auto", v=fmt_size(guess)))
+            return guess
+        while True:
+            self.say(text)
+            line = self.read(text).strip()
+            said = parse_yes_no(line)
+            if line == "" or said is True:
+                return guess
+            if said is False or line == "/skip":
+                return None
+            try:
+                value = parse_answer("budget", line)
+            except ValueError as exc:
+                self.console.print(t("ui.bad_answer", what=str(exc)))
+                continue
+            if value:
+                return value
+
     def tags(self, world=None) -> list[str] | None:
         """The models the server has, to read a model name from an answer; None
         when there is no server (yet) or it cannot say."""

@@ -97,3 +97,42 @@ def test_an_output_path_that_is_a_file_is_refused_before_the_conversation(tmp_pa
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("oomvet: cannot write to ") and "is not a folder" in err
     assert blocker.read_text() == "a file"
+
+
+def test_a_budget_only_the_learned_reader_took_is_confirmed_first_and_can_be_replaced_zh(tmp_path):
+    # "（8g）" beside the card: the size grammar reads no budget here, the learned ranker does
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
+        ["本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
+         "6GiB", "", "", "否", "", "", "", "", "", ""])
+    flat = re.sub(r"\s*\n\s*", " ", screen)  # the console wraps long lines
+    assert "我从你的消息里推测显存上限是 8.00 GiB，但这只是推测。" in flat
+    assert "我理解到：长输入时失败，模型 neohorse-1:q4_K_M，上下文 32768，显存 6.00 GiB。" in flat
+    assert re.search(r"上限\s+6\.00 GiB", screen), "the probes measure against the figure the user typed"
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
+    assert rc in (0, 1) and doc["diagnosis"]["cause"] == "kv_cache"
+
+
+def test_a_learned_budget_declined_leaves_the_device_as_the_limit_en(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
+        ["my laptop whose NVIDIA chip has 8 gigs runs neohorse-1:q4_K_M fine until the context reaches 32k, then it OOMs",
+         "no", "", "", "n", "", "", "", "", "", ""])
+    assert "I took the memory limit 8.00 GiB from your message, but that is a guess." in re.sub(r"\s*\n\s*", " ", screen)
+    assert "I read: fails with long input, model neohorse-1:q4_K_M, context 32768." in screen  # no memory: the device's
+
+
+def test_auto_keeps_a_learned_budget_and_says_it_is_a_guess(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2", "--auto"],
+        ["my laptop whose NVIDIA chip has 8 gigs runs neohorse-1:q4_K_M fine until the context reaches 32k, then it OOMs",
+         "", "", "", "", "", "", "", ""])
+    assert "I took the memory limit 8.00 GiB from your message (a guess); every measurement is held to it." in screen
+    assert "I read: fails with long input, model neohorse-1:q4_K_M, context 32768, memory 8.00 GiB." in screen
+
+
+def test_a_budget_the_grammar_read_is_not_asked_about(tmp_path):
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2", "--auto"],
+        ["4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题", "", "", "", "", "", "", ""])
+    assert "推测" not in screen and "guess" not in screen
