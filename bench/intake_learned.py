@@ -104,9 +104,12 @@ def leave_one_out(fresh: dict) -> dict[str, tuple]:
 
 
 def with_readers(reading: dict, seen, models, when_at: float | None, what_at: float | None,
-                 budget_at: float | None) -> dict:
+                 budget_at: float | None, over_at: float | None = learned.OVER_A_CUE) -> dict:
     """``reading`` with the learned readers asked where the parser asks them
-    (a threshold of None leaves that reader out)."""
+    (a threshold of None leaves that reader out; ``over_at`` is how sure a
+    learned *when* must be to override a cue's). The parser also drops a
+    learned reading of a time or a what the message denies; the replay keeps
+    no denials, so this one does not."""
     got = dict(reading)
     if what_at is not None and got["what"] == "unknown":
         guess = learned.guess("what", learned.view("what", seen), models.what, what_at)
@@ -114,6 +117,9 @@ def with_readers(reading: dict, seen, models, when_at: float | None, what_at: fl
     if when_at is not None and got["when"] == "unknown" and (got["what"] != "unknown" or got["error"]):
         guess = learned.guess("when", learned.view("when", seen), models.when, when_at)
         got["when"] = guess.value if guess else "unknown"
+    elif when_at is not None and over_at is not None and got["when"] != "unknown":
+        guess = learned.guess("when", learned.view("when", seen), models.when, over_at)
+        got["when"] = guess.value if guess else got["when"]
     got["phase"] = _PHASE_OF_WHEN.get(got["when"]) or _PHASE_OF_WHAT.get(got["what"], "unknown")
     if budget_at is not None and got["budget"] is None and got["budget_share"] is None:
         guess = learned.guess_budget(seen.numbers, models.budget, budget_at)
@@ -126,16 +132,17 @@ def right(row: dict, got: dict) -> dict[str, int]:
     return {f: int(field_matches(f, row.get(f) or ("unknown" if f in ("when", "what") else None), ns)) for f in FIELDS}
 
 
-def tally(fresh: dict, fitted: dict, when_at, what_at, budget_at, per_batch: bool = False) -> dict[str, int]:
+def tally(fresh: dict, fitted: dict, when_at, what_at, budget_at, per_batch: bool = False,
+          over_at: float | None = learned.OVER_A_CUE) -> dict[str, int]:
     total = dict.fromkeys(FIELDS, 0)
     for stem, pairs in fresh.items():
         models, seen = fitted[stem]
         batch = dict.fromkeys(FIELDS, 0)
         before = dict.fromkeys(FIELDS, 0)
         for (row, reading), scrubbed in zip(pairs, seen):
-            for f, ok in right(row, with_readers(reading, scrubbed, models, when_at, what_at, budget_at)).items():
+            for f, ok in right(row, with_readers(reading, scrubbed, models, when_at, what_at, budget_at, over_at)).items():
                 batch[f] += ok
-            for f, ok in right(row, with_readers(reading, scrubbed, models, None, None, None)).items():
+            for f, ok in right(row, with_readers(reading, scrubbed, models, None, None, None, None)).items():
                 before[f] += ok
         for f in FIELDS:
             total[f] += batch[f]
@@ -156,12 +163,17 @@ def main() -> None:
     fitted = leave_one_out(fresh)
     n = sum(len(pairs) for pairs in fresh.values())
     chosen = (learned.MIN_PROBABILITY["when"], learned.MIN_PROBABILITY["what"], budget_model.MIN_PROBABILITY)
-    print(f"\n{n} messages in {len(fresh)} batches, cues alone -> with the readers at when {chosen[0]}, "
-          f"what {chosen[1]} (no-trouble veto {learned.MAX_NO_TROUBLE}), budget {chosen[2]}:")
+    print(f"\n{n} messages in {len(fresh)} batches, cues alone -> with the readers at when {chosen[0]} "
+          f"(over a cue {learned.OVER_A_CUE}), what {chosen[1]} (no-trouble veto {learned.MAX_NO_TROUBLE}), "
+          f"budget {chosen[2]}:")
     alone = tally(fresh, fitted, None, None, None)
     total = tally(fresh, fitted, *chosen, per_batch=True)
     print("  all:    " + ", ".join(f"{f} {alone[f]} -> {total[f]} ({100 * total[f] / n:.1f}%)" for f in FIELDS))
     if args.sweep:
+        print("\nhow sure a learned when must be to override a cue's (phase, when):")
+        for over_at in (0.6, 0.7, 0.8, 0.9, None):
+            t = tally(fresh, fitted, *chosen, over_at=over_at)
+            print(f"  {over_at}: {t['phase']} {t['when']}")
         saved = learned.MAX_NO_TROUBLE
         print("\nthe no-trouble veto of a learned what (phase, when, what):")
         for veto in (0.05, 0.1, 0.2, 0.3, 1.0):

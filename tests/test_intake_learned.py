@@ -82,6 +82,16 @@ def test_no_when_or_what_is_learned_for_a_short_answer_or_a_question(text):
     assert not (got.phase_cue or "").startswith("learned")
 
 
+def test_a_learned_when_very_sure_of_another_time_overrides_a_cue_and_is_weak(monkeypatch):
+    # "加载" is a load cue, but the story is of memory never given back over two weekends
+    text = "服务一直开着没重启，过了两个周末，显存被占满了，现在再加载任何模型都报 out of memory"
+    got = parse(text)
+    assert got.when == "over_time" and got.phase == "creeping" and "when" in got.learned and "phase" in got.weak
+    assert got.phase_cue.startswith("learned from examples (")
+    monkeypatch.setattr(learned, "OVER_A_CUE", 1.01)  # no learned reading is that sure: the cue stands
+    assert parse(text).when == "load"
+
+
 def test_a_cue_wins_over_the_learned_readers_and_is_not_weak():
     got = parse("一加载就崩，qwen2.5:14b，显卡 3060 12G，不知道怎么回事，换了几个版本都一样")
     assert got.when == "load" and got.learned == () and "phase" not in got.weak
@@ -273,6 +283,7 @@ def test_the_corpus_fit_takes_every_dev_batch_and_the_pinned_tables():
     "I only use 8GB models on my 3060, and they crash",  # a model's size
     "the model file is only 4.7GB yet it will not load",
     "it answers at two tokens a second and ollama ps says 14.9 GB, part of it on the CPU",
+    "after a few days nvidia-smi shows ollama holding 22GB with nothing loaded, and new loads fail",
     "每个请求 2G 左右，并发一多就崩",                      # one request's share
 ])
 def test_a_size_the_grammar_knows_for_something_else_is_no_budget_candidate(text):

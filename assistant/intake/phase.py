@@ -146,13 +146,13 @@ class Symptom:
     learned: tuple[str, ...] = ()  # the axes a learned reader gave (no cue said them): weak evidence
 
 
-def _learned(axis: str, seen: Scrubbed, failed: bool) -> Guess | None:
+def _learned(axis: str, seen: Scrubbed, failed: bool, threshold: float | None = None) -> Guess | None:
     """The learned reading on ``axis`` (of the view :mod:`scrub` names for
     it), unless it is a value the user denied ("it doesn't crash at load, it
     dies later"): the denied word is still in the text, and a reader of
     character n-grams half-reads it as said, so where the message rules a value
     out only a confident guess of another stands."""
-    guess = learned.guess(axis, learned.view(axis, seen))
+    guess = learned.guess(axis, learned.view(axis, seen), threshold=threshold)
     if guess is None:
         return None
     denied = _read(axis, seen.numbers, seen.error or "", failed, denials=False)[0]
@@ -164,7 +164,8 @@ def _learned(axis: str, seen: Scrubbed, failed: bool) -> Guess | None:
 def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
     """The symptom of a message (:func:`scrub.scrub`'s views of it: the cues
     read ``numbers``, where quoted errors are blanked, and the error apart).
-    Where no cue says *what* or *when*, :mod:`learned` may (``Symptom.learned``)."""
+    Where no cue says *what* or *when*, :mod:`learned` may, and a very sure
+    learned *when* overrides a cue's (``Symptom.learned``)."""
     full, prose, error = seen.norm, seen.numbers, seen.error
     err = error or ""
     what, what_cue = _read("what", prose, err, failed=True)
@@ -185,10 +186,11 @@ def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
         if guess is not None:
             what, what_cue = guess.value, guess.cue
             taught.append("what")
-    # *when* is asked only where the message reports trouble (no trouble: a question, not a symptom)
-    if when == "unknown" and (what != "unknown" or error):
-        guess = _learned("when", seen, failed)
-        if guess is not None:
+    # *when* is asked only where the message reports trouble (no trouble: a question, not a symptom),
+    # and where a cue said when, it gives way only to a learned reading very sure of another time
+    if when == "unknown" and (what != "unknown" or error) or when != "unknown":
+        guess = _learned("when", seen, failed, None if when == "unknown" else learned.OVER_A_CUE)
+        if guess is not None and guess.value != when:
             when, when_cue = guess.value, guess.cue
             taught.append("when")
     if when != "unknown":

@@ -58,7 +58,7 @@ _FREE_PATTERNS = (2, 3, 4, 5)
 _SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", ICASE)
 # "用了 7G 显存", "needs 10GB VRAM": usage or a requirement, not what the card has
 _USAGE_BEFORE = re.compile(
-    r"(?:占用|用了|使用了?|占了|占着|吃了|吃掉|涨到|需要|要|uses|using|used|takes|took|eats|holds|needs?|requires?|allocat\w*|"
+    r"(?:占用|用了|使用了?|占了|占着|吃了|吃掉|涨到|需要|要|uses|using|used|tak(?:es|ing)|took|eat(?:s|ing)|hold(?:s|ing)|needs?|requires?|allocat\w*|"
     r"shows?|显示|loads?|of)\s*(?:了)?\s*(?:about|around|大概|约|almost|nearly)?\s*$",
     ICASE,
 )
