@@ -104,16 +104,21 @@ def leave_one_out(fresh: dict) -> dict[str, tuple]:
 
 
 def with_readers(reading: dict, seen, models, when_at: float | None, what_at: float | None,
-                 budget_at: float | None, over_at: float | None = learned.OVER_A_CUE) -> dict:
+                 budget_at: float | None, over_at: float | None = learned.OVER_A_CUE["when"],
+                 what_over_at: float | None = learned.OVER_A_CUE["what"]) -> dict:
     """``reading`` with the learned readers asked where the parser asks them
-    (a threshold of None leaves that reader out; ``over_at`` is how sure a
-    learned *when* must be to override a cue's). The parser also drops a
+    (a threshold of None leaves that reader out; ``over_at`` and
+    ``what_over_at`` are how sure a learned *when* or *what* must be to
+    override a cue's). The parser also drops a
     learned reading of a time or a what the message denies; the replay keeps
     no denials, so this one does not."""
     got = dict(reading)
     if what_at is not None and got["what"] == "unknown":
         guess = learned.guess("what", learned.view("what", seen), models.what, what_at)
         got["what"] = guess.value if guess else "unknown"
+    elif what_at is not None and what_over_at is not None:
+        guess = learned.guess("what", learned.view("what", seen), models.what, what_over_at)
+        got["what"] = guess.value if guess else got["what"]
     if when_at is not None and got["when"] == "unknown" and (got["what"] != "unknown" or got["error"]):
         guess = learned.guess("when", learned.view("when", seen), models.when, when_at)
         got["when"] = guess.value if guess else "unknown"
@@ -133,16 +138,18 @@ def right(row: dict, got: dict) -> dict[str, int]:
 
 
 def tally(fresh: dict, fitted: dict, when_at, what_at, budget_at, per_batch: bool = False,
-          over_at: float | None = learned.OVER_A_CUE) -> dict[str, int]:
+          over_at: float | None = learned.OVER_A_CUE["when"],
+          what_over_at: float | None = learned.OVER_A_CUE["what"]) -> dict[str, int]:
     total = dict.fromkeys(FIELDS, 0)
     for stem, pairs in fresh.items():
         models, seen = fitted[stem]
         batch = dict.fromkeys(FIELDS, 0)
         before = dict.fromkeys(FIELDS, 0)
         for (row, reading), scrubbed in zip(pairs, seen):
-            for f, ok in right(row, with_readers(reading, scrubbed, models, when_at, what_at, budget_at, over_at)).items():
+            for f, ok in right(row, with_readers(reading, scrubbed, models, when_at, what_at, budget_at, over_at,
+                                                 what_over_at)).items():
                 batch[f] += ok
-            for f, ok in right(row, with_readers(reading, scrubbed, models, None, None, None, None)).items():
+            for f, ok in right(row, with_readers(reading, scrubbed, models, None, None, None, None, None)).items():
                 before[f] += ok
         for f in FIELDS:
             total[f] += batch[f]
@@ -164,7 +171,8 @@ def main() -> None:
     n = sum(len(pairs) for pairs in fresh.values())
     chosen = (learned.MIN_PROBABILITY["when"], learned.MIN_PROBABILITY["what"], budget_model.MIN_PROBABILITY)
     print(f"\n{n} messages in {len(fresh)} batches, cues alone -> with the readers at when {chosen[0]} "
-          f"(over a cue {learned.OVER_A_CUE}), what {chosen[1]} (no-trouble veto {learned.MAX_NO_TROUBLE}), "
+          f"(over a cue {learned.OVER_A_CUE['when']}), what {chosen[1]} (over a cue {learned.OVER_A_CUE['what']}, "
+          f"no-trouble veto {learned.MAX_NO_TROUBLE}), "
           f"budget {chosen[2]}:")
     alone = tally(fresh, fitted, None, None, None)
     total = tally(fresh, fitted, *chosen, per_batch=True)
@@ -174,6 +182,10 @@ def main() -> None:
         for over_at in (0.6, 0.7, 0.8, 0.9, None):
             t = tally(fresh, fitted, *chosen, over_at=over_at)
             print(f"  {over_at}: {t['phase']} {t['when']}")
+        print("how sure a learned what must be to override a cue's (phase, what):")
+        for what_over_at in (0.6, 0.7, 0.8, 0.9, None):
+            t = tally(fresh, fitted, *chosen, what_over_at=what_over_at)
+            print(f"  {what_over_at}: {t['phase']} {t['what']}")
         saved = learned.MAX_NO_TROUBLE
         print("\nthe no-trouble veto of a learned what (phase, when, what):")
         for veto in (0.05, 0.1, 0.2, 0.3, 1.0):

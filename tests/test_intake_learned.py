@@ -88,7 +88,7 @@ def test_a_learned_when_very_sure_of_another_time_overrides_a_cue_and_is_weak(mo
     got = parse(text)
     assert got.when == "over_time" and got.phase == "creeping" and "when" in got.learned and "phase" in got.weak
     assert got.phase_cue.startswith("learned from examples (")
-    monkeypatch.setattr(learned, "OVER_A_CUE", 1.01)  # no learned reading is that sure: the cue stands
+    monkeypatch.setitem(learned.OVER_A_CUE, "when", 1.01)  # no learned reading is that sure: the cue stands
     assert parse(text).when == "load"
 
 

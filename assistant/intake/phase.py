@@ -165,7 +165,7 @@ def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
     """The symptom of a message (:func:`scrub.scrub`'s views of it: the cues
     read ``numbers``, where quoted errors are blanked, and the error apart).
     Where no cue says *what* or *when*, :mod:`learned` may, and a very sure
-    learned *when* overrides a cue's (``Symptom.learned``)."""
+    learned reading overrides a cue's (``Symptom.learned``)."""
     full, prose, error = seen.norm, seen.numbers, seen.error
     err = error or ""
     what, what_cue = _read("what", prose, err, failed=True)
@@ -181,15 +181,15 @@ def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
     if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash", "hang"):
         when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading
     taught = []
-    if what == "unknown":
-        guess = _learned("what", seen, True)
-        if guess is not None:
-            what, what_cue = guess.value, guess.cue
-            taught.append("what")
+    # where no cue said what, the learned *what* may; where one did, only one very sure of another
+    guess = _learned("what", seen, True, None if what == "unknown" else learned.OVER_A_CUE["what"])
+    if guess is not None and guess.value != what:
+        what, what_cue = guess.value, guess.cue
+        taught.append("what")
     # *when* is asked only where the message reports trouble (no trouble: a question, not a symptom),
     # and where a cue said when, it gives way only to a learned reading very sure of another time
     if when == "unknown" and (what != "unknown" or error) or when != "unknown":
-        guess = _learned("when", seen, failed, None if when == "unknown" else learned.OVER_A_CUE)
+        guess = _learned("when", seen, failed, None if when == "unknown" else learned.OVER_A_CUE["when"])
         if guess is not None and guess.value != when:
             when, when_cue = guess.value, guess.cue
             taught.append("when")
