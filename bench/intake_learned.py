@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assistant.intake import budget_model, learned  # noqa: E402
-from assistant.intake.phase import _PHASE_OF_WHAT, _PHASE_OF_WHEN  # noqa: E402
+from assistant.intake.phase import _PHASE_OF_WHAT, _PHASE_OF_WHEN, _QUESTION  # noqa: E402
 from assistant.intake.scrub import scrub  # noqa: E402
 from tests.intake_table import field_matches  # noqa: E402
 
@@ -119,6 +119,10 @@ def with_readers(reading: dict, seen, models, when_at: float | None, what_at: fl
     elif what_at is not None and what_over_at is not None:
         guess = learned.guess("what", learned.view("what", seen), models.what, what_over_at)
         got["what"] = guess.value if guess else got["what"]
+    if what_at is not None and got["what"] == "unknown" and not got["error"] and got["when"] != "unknown" \
+            and _QUESTION.search(seen.norm):
+        if learned.no_trouble(learned.view("what", seen), models.what) >= learned.MAX_NO_TROUBLE:
+            got["when"] = "unknown"  # a question, not a symptom
     if when_at is not None and got["when"] == "unknown" and (got["what"] != "unknown" or got["error"]):
         guess = learned.guess("when", learned.view("when", seen), models.when, when_at)
         got["when"] = guess.value if guess else "unknown"

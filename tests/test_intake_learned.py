@@ -92,6 +92,26 @@ def test_a_learned_when_very_sure_of_another_time_overrides_a_cue_and_is_weak(mo
     assert parse(text).when == "load"
 
 
+@pytest.mark.parametrize("text,cue_when", [
+    ("How much VRAM would I need for qwen2.5:14b at 16k context with 4 people using it at the same time?", "concurrent"),
+    ("想把一份三万字的合同整个贴进去让模型逐条审，num_ctx 要开多大才够？卡是 4090 24G", "long_input"),
+])
+def test_a_question_that_reports_no_trouble_gets_no_time_from_a_cue(text, cue_when, monkeypatch):
+    with monkeypatch.context() as off:
+        off.setattr(learned, "fitted", lambda: None)
+        assert parse(text).when == cue_when  # the cue reads a time in it
+    got = parse(text)
+    assert (got.when, got.what, got.phase) == ("unknown", "unknown", "unknown"), got
+    chance = learned.no_trouble(learned.view("what", scrub(text)))
+    assert chance >= learned.MAX_NO_TROUBLE
+
+
+def test_a_statement_whose_trouble_no_reader_names_keeps_the_time_a_cue_read():
+    # not put as a question: the time stands even where "no trouble" is likely to the reader
+    got = parse("it goes wrong in some way only with long prompts, and I need 32k context")
+    assert got.when == "long_input"
+
+
 def test_a_cue_wins_over_the_learned_readers_and_is_not_weak():
     got = parse("一加载就崩，qwen2.5:14b，显卡 3060 12G，不知道怎么回事，换了几个版本都一样")
     assert got.when == "load" and got.learned == () and "phase" not in got.weak

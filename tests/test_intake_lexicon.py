@@ -21,7 +21,9 @@ pytestmark = pytest.mark.usefixtures("raise_errors")
 
 
 @pytest.mark.parametrize("axis,group,cue,example", [*_cases("when"), *_cases("what")])
-def test_each_cue_matches_its_examples_and_gives_its_group(axis, group, cue, example):
+def test_each_cue_matches_its_examples_and_gives_its_group(axis, group, cue, example, cues_only):
+    # the cues alone: a learned reader may overrule a cue (a very sure reading of another value, or a
+    # fragment like "32k context works" that reports no trouble); test_intake_learned.py tests that
     assert cue.pattern.search(example), f"{cue.pattern.pattern!r} does not match {example!r}"
     got = parse(example)
     assert getattr(got, axis) == group.value, (example, got)

@@ -63,7 +63,11 @@ MIN_PROBABILITY = {"when": 0.4, "what": 0.4}
 #: fixed 15 and broke 3 (880 -> 892; 0.8 +8 -1, 0.6 +16 -7).
 OVER_A_CUE = {"when": 0.8, "what": 0.7}
 #: a learned *what* stands only where the reader gives "no trouble at all"
-#: (its "unknown") less than this. The corpus is nearly all trouble reports, so
+#: (its "unknown") less than this; and where neither a cue nor the reader reads
+#: any trouble, a message put as a question that the reader gives "no trouble"
+#: this much or more asks, whatever time a cue read in it ("how much VRAM for
+#: 4 people at the same time?": on the replay +6 phases, none broken; with no
+#: such bar, +6 -8; every one it changed was put as a question). The corpus is nearly all trouble reports, so
 #: for a plain question ("will 32k fit in 12G?", "how much VRAM for two
 #: users?") the likeliest trouble can still beat 0.4 while "no trouble" is
 #: 0.1-0.3. On the replay (bench/intake_learned.py --sweep, 940 messages):
@@ -245,6 +249,18 @@ def guess(axis: str, text: str, model=None, threshold: float | None = None) -> G
     if axis == "what" and float(probabilities[list(model.classes_).index("unknown")]) >= MAX_NO_TROUBLE:
         return None
     return Guess(value, probability)
+
+
+def no_trouble(text: str, model=None) -> float | None:
+    """How likely the *what* reader finds it that ``text`` (its :func:`view`)
+    reports no trouble at all; None where the reader cannot be had."""
+    if model is None:
+        bundle = fitted()
+        if bundle is None:
+            return None
+        model = bundle.what
+    probabilities = model.predict_proba([text[:MAX_CHARS]])[0]
+    return float(probabilities[list(model.classes_).index("unknown")])
 
 
 def guess_budget(numbers: str, model=None, threshold: float | None = None) -> Guess | None:

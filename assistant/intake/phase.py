@@ -161,6 +161,15 @@ def _learned(axis: str, seen: Scrubbed, failed: bool, threshold: float | None = 
     return guess
 
 
+# a message put as a question: a question mark, or a Chinese question word that needs none
+_QUESTION = re.compile(r"[?？]|吗|呢|多少|怎么|如何|能否|能不能|可不可以|会不会|是否|要不要|够不够|有没有|请问|请教")
+
+
+def _asks_without_trouble(seen: Scrubbed) -> bool:
+    chance = learned.no_trouble(learned.view("what", seen))
+    return chance is not None and chance >= learned.MAX_NO_TROUBLE
+
+
 def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
     """The symptom of a message (:func:`scrub.scrub`'s views of it: the cues
     read ``numbers``, where quoted errors are blanked, and the error apart).
@@ -186,6 +195,10 @@ def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
     if guess is not None and guess.value != what:
         what, what_cue = guess.value, guess.cue
         taught.append("what")
+    # a message put as a question that reports no trouble, which the reader finds likely, asks ("how
+    # much VRAM for 4 people at the same time?"): a time a cue read in it does not make it a symptom
+    if what == "unknown" and not error and when != "unknown" and _QUESTION.search(full) and _asks_without_trouble(seen):
+        when, when_cue = "unknown", None
     # *when* is asked only where the message reports trouble (no trouble: a question, not a symptom),
     # and where a cue said when, it gives way only to a learned reading very sure of another time
     if when == "unknown" and (what != "unknown" or error) or when != "unknown":
