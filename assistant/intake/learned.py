@@ -1,30 +1,35 @@
-"""Readers that learned from examples, asked only where the hand-written
-readers found nothing.
+"""Readers that learned from examples, beside the hand-written ones.
 
 The cue lexicons (``lexicon/``) and the size grammar read the phrasings they
 were given, and each new writer brings phrasings no earlier one used ("the
 runner dies the instant it comes up", "一run就寄了", "两张 T4，每张16G"). Three
 readers fitted on the development corpus that ships with the package
 (``corpus/dev*.yaml``, every message labelled by the conventions in
-``dev.yaml``'s header) generalise over spelling and word order where a list of
-patterns cannot:
+``dev.yaml``'s header, and the pinned tables) generalise over spelling and
+word order where a list of patterns cannot:
 
 - *when* the trouble happens: a character n-gram logistic regression over the
-  message, asked where no cue of ``lexicon/when.yaml`` said when, and only for
-  a message that reports trouble (a plain question is never placed in time);
-- *what* happens: the same kind of model, asked where no cue of
-  ``lexicon/what.yaml`` said what;
+  message with the quoted error and the model name blanked, asked where no
+  cue said when and the message reports trouble (a plain question is never
+  placed in time), and overruling a cue's *when* only when ``OVER_A_CUE``
+  sure of another;
+- *what* happens: the same kind of model over the message with the model
+  name blanked, asked where no cue said what (unless "no trouble at all" is
+  ``MAX_NO_TROUBLE`` likely), overruling a cue's *what* only when very sure;
+  its "no trouble" also keeps a question ("how much VRAM for 4 people at the
+  same time?") from taking a time from a cue;
 - the *budget*: a ranker over the sizes the message mentions
-  (:mod:`budget_model`), asked where the size grammar read none.
+  (:mod:`budget_model`), asked where the size grammar read none, never taking
+  a size the grammar knows for something else.
 
-Each is weaker evidence than a hand-written reading: it counts only at its
-threshold or above and for a message of ``MIN_LENGTH`` or more, the field it
-filled is listed in ``Intake.learned`` and marked weak (a chat model's reading
-may override it), and a later message's learned reading never replaces an
-earlier message's cue. The thresholds were chosen on development data alone
-(``bench/intake_learned.py``): each development batch read by the intake as it
-stood before that batch was tuned on (a new writer's view), each reader fitted
-on every other batch.
+Each is weaker evidence than a hand-written reading: the field it filled is
+listed in ``Intake.learned`` and marked weak (a chat model's reading may
+override it), a later message's learned reading never replaces an earlier
+message's words, and the chat confirms a learned budget before measuring
+against it. Every setting was chosen on development data alone
+(``bench/intake_learned.py``): each development batch read by the intake as
+it stood before that batch was tuned on (a new writer's view), each reader
+fitted on every other batch.
 
 Fitting is deterministic (same corpus, same coefficients) and takes about 1 s
 for all three on two cores, plus 2-3 s to import scikit-learn; it happens once

@@ -143,7 +143,7 @@ class Symptom:
     what: str
     phase: str
     cue: str | None                # the words (or the learned reading) that decided the phase
-    learned: tuple[str, ...] = ()  # the axes a learned reader gave (no cue said them): weak evidence
+    learned: tuple[str, ...] = ()  # the axes a learned reader gave (no cue said them, or it overruled one): weak evidence
 
 
 def _learned(axis: str, seen: Scrubbed, failed: bool, threshold: float | None = None) -> Guess | None:
@@ -201,7 +201,7 @@ def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
         when, when_cue = "unknown", None
     # *when* is asked only where the message reports trouble (no trouble: a question, not a symptom),
     # and where a cue said when, it gives way only to a learned reading very sure of another time
-    if when == "unknown" and (what != "unknown" or error) or when != "unknown":
+    if when != "unknown" or what != "unknown" or error:
         guess = _learned("when", seen, failed, None if when == "unknown" else learned.OVER_A_CUE["when"])
         if guess is not None and guess.value != when:
             when, when_cue = guess.value, guess.cue

@@ -32,8 +32,8 @@ class Intake:
     weak: tuple[str, ...] = ()        # fields read from weak evidence (a guessed name, an estimate, a phase
                                       # from "what" alone or from a learned reader, a learned budget): a chat
                                       # model's reading may override these
-    learned: tuple[str, ...] = ()     # what the learned readers gave (assistant.intake.learned), no cue or
-                                      # grammar: any of "when", "what", "budget"
+    learned: tuple[str, ...] = ()     # what the learned readers gave (assistant.intake.learned) where no cue
+                                      # or grammar did, or overruling a cue: any of "when", "what", "budget"
 
     def facts(self) -> list[dict]:
         """``[symptom, target]``, both valid under :func:`rules.facts.validate`."""
