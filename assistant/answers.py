@@ -72,6 +72,11 @@ _ZH_COUNT = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 
 _EN_COUNT = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
 _BARE_NAME = re.compile(r"^[A-Za-z][\w./-]*(?::[\w.-]+)?$")
 _PERCENT = re.compile(r"^\s*(\d{1,3}(?:\.\d+)?)\s*%\s*$")
+_PLAIN_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+#: a number with no unit is bytes only where it is large enough to be a GPU
+#: budget: "6" after "8.00 GiB" means 6 GiB to the person who typed it, so it is
+#: refused with the example of a size rather than read as 6 bytes
+_FEWEST_PLAIN_BYTES = 256 << 20
 
 
 def _count(text: str) -> int | None:
@@ -122,6 +127,8 @@ def parse_answer(question: str, text: Any, tags: list[str] | None = None) -> Any
             return Share(read.budget_share)
         if size_of(text):
             return size_of(text)
+        if _PLAIN_NUMBER.match(text) and float(text) < _FEWEST_PLAIN_BYTES:
+            raise ValueError(t("answers.what.size"))
         try:
             return parse_size(text)
         except SizeError:

@@ -50,7 +50,7 @@ def run(args, console: Console | None = None, stream=None) -> int:
             intake = _with_llm(intake, first, args, console)
         lang = set_lang(args.lang or intake.lang)
         if not args.budget and "budget" in intake.learned:
-            intake = _confirmed_budget(intake, ui)
+            intake = ui.confirmed_budget(intake)
         if not args.budget and intake.budget:
             args.budget = str(intake.budget)
         elif not args.budget and intake.budget_share:
@@ -70,22 +70,6 @@ def run(args, console: Console | None = None, stream=None) -> int:
     except (QuitSession, KeyboardInterrupt):
         console.print(t("chat.bye"))
         return 130 if stream is None else 0
-
-
-def _confirmed_budget(intake, ui):
-    """The reading with a learned budget confirmed, replaced or dropped by the user."""
-    from dataclasses import replace
-
-    from assistant.answers import Share
-
-    answer = ui.confirm_budget(intake.budget)
-    if answer == intake.budget:
-        return intake
-    learned_fields = tuple(name for name in intake.learned if name != "budget")
-    weak = tuple(name for name in intake.weak if name != "budget")
-    if isinstance(answer, Share):
-        return replace(intake, budget=None, budget_share=answer.fraction, learned=learned_fields, weak=weak)
-    return replace(intake, budget=answer, budget_share=None, learned=learned_fields, weak=weak)
 
 
 def _heard(intake) -> str:

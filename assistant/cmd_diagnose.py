@@ -20,6 +20,7 @@ from assistant.intake import parse as parse_intake
 from assistant.session import Session
 from assistant.session_args import add_session_args, settle_s
 from assistant.ui import AutoUI
+from probes.units import fmt_size
 from assistant.world import open_world
 
 MSG = catalog("cmd_diagnose")
@@ -50,6 +51,8 @@ def run(args) -> int:
     err = Console(stderr=True)
     ui = AutoUI(answers, console=err, quiet=False)
     intake = parse_intake(answers.get("symptom") or "")
+    if not args.budget and "budget" in intake.learned:  # unattended, as chat --auto: kept, and said to be a guess
+        err.print(t("ui.budget_guess_auto", v=fmt_size(intake.budget)), highlight=False, markup=False)
     with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
         settle = settle_s(args, world)
         log = open_log(args, world, model=model, lang=lang, settle_s=settle, answers=answers)

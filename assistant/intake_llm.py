@@ -189,9 +189,11 @@ def combine(parser: Intake, llm: Intake | LlmReading | None) -> tuple[Intake, di
         fill["ctx_estimated"] = False
     if "budget" in fill:
         fill["budget_share"] = None
+    elif "budget_share" in fill and "budget" in parser.weak:
+        fill["budget"] = None  # a share the model read replaces a size the parser only guessed
     # what the chat model replaced is no longer the learned readers'
     replaced = {"when", "what"} if "phase" in fill else set()
-    replaced |= {"budget"} & fill.keys()
+    replaced |= {"budget"} & fill.keys()  # a budget the model read, or one a share it read replaced
     fill["learned"] = tuple(name for name in parser.learned if name not in replaced)
     return replace(parser, **fill), won
 

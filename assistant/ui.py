@@ -9,8 +9,9 @@ a second Ctrl-C quits. Every line printed comes from the i18n catalog.
 """
 from __future__ import annotations
 
-import threading
 import re
+import threading
+from dataclasses import replace
 from typing import Any, Callable, TextIO
 
 from rich.console import Console, Group
@@ -20,7 +21,8 @@ from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 from assistant import render
-from assistant.answers import parse_answer, parse_yes_no
+from assistant.answers import Share, parse_answer, parse_yes_no
+from assistant.intake import Intake, without_budget
 from assistant.i18n import catalog, get_lang, set_lang, t
 from probes.base import Cancelled
 from probes.result import ProbeResult
@@ -201,8 +203,20 @@ class ChatUI:
             except ValueError as exc:
                 self.console.print(t("ui.bad_answer", what=str(exc)))
                 continue
+            if isinstance(value, Intake) and "budget" in value.learned:
+                world = getattr(self.session, "world", None)
+                value = without_budget(value) if getattr(world, "budget", None) else self.confirmed_budget(value)
             self.history.append((question, value))
             return value
+
+    def confirmed_budget(self, intake: Intake) -> Intake:
+        """``intake`` with the budget only the learned reader took from the
+        message kept, replaced or dropped by the user (:meth:`confirm_budget`);
+        either way it is then the user's word, no longer a guess."""
+        answer = self.confirm_budget(intake.budget)
+        if isinstance(answer, Share):
+            return replace(without_budget(intake), budget_share=answer.fraction)
+        return replace(without_budget(intake), budget=answer)
 
     def confirm_budget(self, guess: int) -> Any:
         """A budget only the learned reader took from the message is a guess,
@@ -221,6 +235,8 @@ class ChatUI:
                 return guess
             if said is False or line == "/skip":
                 return None
+            if line == "/back":
+                continue  # nothing before this question to go back to: it is asked again
             try:
                 value = parse_answer("budget", line)
             except ValueError as exc:
@@ -228,6 +244,7 @@ class ChatUI:
                 continue
             if value:
                 return value
+            self.console.print(t("ui.bad_answer", what=t("answers.what.size")))
 
     def tags(self, world=None) -> list[str] | None:
         """The models the server has, to read a model name from an answer; None

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from assistant.intake import budget_model, learned  # noqa: E402
-from assistant.intake.phase import _PHASE_OF_WHAT, _PHASE_OF_WHEN, _QUESTION  # noqa: E402
+from assistant.intake.phase import _OLLAMA_RUN, _PHASE_OF_WHAT, _PHASE_OF_WHEN, _QUESTION  # noqa: E402
 from assistant.intake.scrub import scrub  # noqa: E402
 from tests.intake_table import field_matches  # noqa: E402
 
@@ -65,7 +65,7 @@ except ImportError:
     pass
 rows = yaml.safe_load(open(sys.argv[1], encoding="utf-8"))
 print(json.dumps([{"when": getattr(g, "when", "unknown"), "what": getattr(g, "what", "unknown"), "phase": g.phase,
-                   "error": g.error, "budget": g.budget, "budget_share": getattr(g, "budget_share", None)}
+                   "error": g.error, "want_parallel": g.want_parallel, "budget": g.budget, "budget_share": getattr(g, "budget_share", None)}
                   for g in (intake.parse(r["text"]) for r in rows)]))
 """
 
@@ -119,9 +119,16 @@ def with_readers(reading: dict, seen, models, when_at: float | None, what_at: fl
     elif what_at is not None and what_over_at is not None:
         guess = learned.guess("what", learned.view("what", seen), models.what, what_over_at)
         got["what"] = guess.value if guess else got["what"]
+    if got["what"] != reading["what"] and got["when"] == "unknown":  # the parser's rules on a learned what
+        failed = got["what"] not in ("unknown", "slow") or bool(got["error"])
+        if (failed or got["what"] == "slow") and (got.get("want_parallel") or 0) > 1:
+            got["when"] = "concurrent"
+        elif _OLLAMA_RUN.search(seen.norm) and got["what"] in ("oom", "crash", "hang"):
+            got["when"] = "load"
     if what_at is not None and got["what"] == "unknown" and not got["error"] and got["when"] != "unknown" \
             and _QUESTION.search(seen.norm):
-        if learned.no_trouble(learned.view("what", seen), models.what) >= learned.MAX_NO_TROUBLE:
+        chance = learned.no_trouble(learned.view("what", seen), models.what)
+        if chance is not None and chance >= learned.MAX_NO_TROUBLE:
             got["when"] = "unknown"  # a question, not a symptom
     if when_at is not None and got["when"] == "unknown" and (got["what"] != "unknown" or got["error"]):
         guess = learned.guess("when", learned.view("when", seen), models.when, when_at)

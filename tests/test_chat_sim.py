@@ -136,3 +136,27 @@ def test_a_budget_the_grammar_read_is_not_asked_about(tmp_path):
         ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2", "--auto"],
         ["4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题", "", "", "", "", "", "", ""])
     assert "推测" not in screen and "guess" not in screen
+
+
+def test_diagnose_keeps_a_learned_budget_and_says_it_is_a_guess(tmp_path, capsys):
+    from assistant.cli import main
+    answers = tmp_path / "answers.yaml"
+    answers.write_text(yaml.safe_dump({"symptom": "本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
+                                       "lang": "zh"}, allow_unicode=True), encoding="utf-8")
+    code = main(["diagnose", "--simulate", str(SCENARIOS / "kv_cache.yaml"), "--answers", str(answers),
+                 "--model", "neohorse-1:q4_K_M", "--settle", "0.2", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code in (0, 1)
+    assert "我从你的消息里推测显存上限是 8.00 GiB（推测的）；所有测量都以它为上限。" in re.sub(r"\s*\n\s*", "", err)
+    doc = yaml.safe_load((tmp_path / "out" / "oomvet.yaml").read_text())
+    assert doc["diagnosis"]["cause"] == "kv_cache"
+
+
+def test_diagnose_with_a_budget_of_its_own_says_nothing_of_a_guess(tmp_path, capsys):
+    from assistant.cli import main
+    answers = tmp_path / "answers.yaml"
+    answers.write_text(yaml.safe_dump({"symptom": "本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
+                                       "lang": "zh", "budget": "6GiB"}, allow_unicode=True), encoding="utf-8")
+    main(["diagnose", "--simulate", str(SCENARIOS / "kv_cache.yaml"), "--answers", str(answers),
+          "--model", "neohorse-1:q4_K_M", "--settle", "0.2", "--out", str(tmp_path / "out")])
+    assert "推测" not in capsys.readouterr().err

@@ -112,3 +112,62 @@ def test_consent_takes_ke_yi_as_yes():
 
 def test_a_symptom_answer_is_an_intake():
     assert isinstance(parse_answer("symptom", "一加载就爆显存"), Intake)
+
+
+@pytest.mark.parametrize("text", ["6", "8.5", "0", "1048576"])
+def test_a_budget_answer_of_a_small_bare_number_asks_for_a_unit_rather_than_reading_bytes(text):
+    # after "8.00 GiB?" a person who types 6 means 6 GiB, not 6 bytes: refused with an example
+    with pytest.raises(ValueError, match="8GiB"):
+        parse_answer("budget", text)
+    assert parse_answer("budget", str(8 << 30)) == 8 << 30  # large enough to be a byte count
+
+
+def test_an_answers_file_budget_without_a_unit_is_refused_in_one_line(tmp_path):
+    from assistant.answers import load_answers
+    from assistant.errors import UsageError
+    path = tmp_path / "answers.yaml"
+    path.write_text("budget: 6\n", encoding="utf-8")
+    with pytest.raises(UsageError) as caught:
+        load_answers(path)
+    assert "\n" not in str(caught.value) and "budget" in str(caught.value)
+
+
+# "（8g）" beside the card: the size grammar reads no budget here, the learned ranker does
+_LEARNED_BUDGET = "本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题"
+
+
+def test_a_later_symptom_answer_with_a_learned_budget_is_confirmed_like_the_first_message():
+    console = Console(file=io.StringIO(), width=200)
+    ui = ChatUI(console, stream=io.StringIO(_LEARNED_BUDGET + "\n6GiB\n"), lang="zh")
+    read = ui.ask("symptom", "")
+    assert "我从你的消息里推测显存上限是 8.00 GiB" in console.file.getvalue()
+    assert read.budget == 6 << 30 and "budget" not in read.learned and "budget" not in read.weak
+    facts = answer_facts("symptom", read)
+    assert {"kind": "answer", "question": "budget", "value": 6 << 30} in facts
+
+
+def test_a_learned_budget_kept_is_the_users_word_from_then_on():
+    ui = ChatUI(Console(file=io.StringIO(), width=200), stream=io.StringIO(_LEARNED_BUDGET + "\n\n"), lang="zh")
+    read = ui.ask("symptom", "")
+    assert read.budget == 8 << 30 and "budget" not in read.learned and "budget" not in read.weak
+
+
+def test_a_learned_budget_gives_way_silently_to_a_limit_already_in_force():
+    from types import SimpleNamespace
+    console = Console(file=io.StringIO(), width=200)
+    ui = ChatUI(console, stream=io.StringIO(_LEARNED_BUDGET + "\n"), lang="zh")
+    transcript = SimpleNamespace(add_assistant=lambda text: None, add_user=lambda text: None)
+    ui.session = SimpleNamespace(world=SimpleNamespace(budget="6GiB", env=None), transcript=transcript)  # --budget 6GiB
+    read = ui.ask("symptom", "")
+    assert "推测" not in console.file.getvalue()
+    assert read.budget is None and read.budget_share is None and "budget" not in read.learned
+    assert read.want_ctx == 32768  # the rest of the answer is kept
+
+
+def test_confirming_a_budget_asks_again_on_a_bare_number_or_back():
+    console = Console(file=io.StringIO(), width=200)
+    ui = ChatUI(console, stream=io.StringIO("/back\n6\n6GiB\n"), lang="en")
+    assert ui.confirm_budget(8 << 30) == 6 << 30
+    out = console.file.getvalue()
+    assert out.count("I took the memory limit 8.00 GiB") == 3
+    assert out.count("I could not read that as a size like 8GiB or 80%") == 1

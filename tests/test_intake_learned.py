@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from assistant.intake import budget_model, learned, merge, parse
+from assistant.intake.learned import Guess
 from assistant.intake.scrub import scrub
 from assistant.intake_llm import combine
 from tests.intake_table import HELDOUT_CORPUS
@@ -289,10 +290,22 @@ def test_a_denied_time_is_not_guessed_back():
 
 
 def test_the_corpus_fit_takes_every_dev_batch_and_the_pinned_tables():
+    def count(stem: str) -> int:
+        return len(yaml.safe_load((learned.CORPUS / f"{stem}.yaml").read_text(encoding="utf-8")))
+
     stems = {path.stem for path in learned.CORPUS.glob("*.yaml")}
+    assert {"dev", *(f"dev{n}" for n in range(2, 15)), "pinned_en", "pinned_zh"} <= stems  # none left behind
+    dev = [stem for stem in stems if stem.startswith("dev")]
+    pinned = [stem for stem in stems if stem.startswith("pinned_")]
+    assert len(dev) + len(pinned) == len(stems)
     rows = learned.labelled()
-    assert len(rows) == sum(len(yaml.safe_load((learned.CORPUS / f"{stem}.yaml").read_text(encoding="utf-8")))
-                            for stem in stems)
+    assert len(rows) == sum(count(stem) for stem in dev + pinned)
+    # every dev message teaches both axes; a pinned row only the axis its phase implies
+    n_dev = sum(count(stem) for stem in dev)
+    when, what = learned.examples("when", rows), learned.examples("what", rows)
+    assert n_dev < len(what) < len(when) < len(rows)
+    assert len(when) - n_dev == sum(row["phase"] in learned._PINNED["when"] for _, row in rows if "when" not in row
+                                    and "what" not in row)
 
 
 @pytest.mark.parametrize("text", [
@@ -309,3 +322,28 @@ def test_the_corpus_fit_takes_every_dev_batch_and_the_pinned_tables():
 def test_a_size_the_grammar_knows_for_something_else_is_no_budget_candidate(text):
     assert budget_model.candidates(scrub(text).numbers) == []
     assert "budget" not in parse(text).learned
+
+
+@pytest.mark.parametrize("text,when,cue", [
+    ("after I set OLLAMA_NUM_PARALLEL=4 the whole thing goes sideways for me", "concurrent", "parallel 4"),
+    ("ollama run neohorse-1 and the whole thing goes sideways for me right away", "load", "ollama run"),
+])
+def test_the_rules_that_follow_from_trouble_also_follow_from_trouble_only_the_learned_what_read(text, when, cue,
+                                                                                                 monkeypatch):
+    # several requests at once, or straight after `ollama run`, plus trouble: that is the time. Here no
+    # cue reads the trouble; the learned *what* does (a stand-in sure of an OOM, a *when* reader unsure)
+    monkeypatch.setattr(learned, "guess", lambda axis, text, model=None, threshold=None:
+                        Guess("oom", 0.9) if axis == "what" else None)
+    got = parse(text)
+    assert (got.what, got.when, got.phase_cue) == ("oom", when, cue)
+    assert got.learned == ("what",)
+
+
+def test_a_message_with_nothing_for_a_reader_to_read_pays_for_no_fit(monkeypatch):
+    def no_fit():
+        raise AssertionError("fitted for nothing")
+    monkeypatch.setattr(learned, "fitted", no_fit)
+    assert learned.guess_budget(scrub("上下文开到 32k 就崩，怎么办").numbers) is None  # no size to rank
+    assert learned.no_trouble("够不够？") is None  # too short to read, so no question rule either
+    assert learned.guess("what", "8k") is None
+    assert parse("8k").want_ctx == 8192  # a short answer: cues alone, no fit

@@ -204,3 +204,14 @@ def test_transcript_messages_feed_a_chat_model_directly():
     tr.add_assistant(reply.content)
     assert tr.to_json()[-1] == {"role": "assistant", "content": "Which GPU do you have?"}
     assert len(tr) == 2
+
+
+def test_a_share_the_model_read_replaces_a_budget_the_parser_only_guessed():
+    # "（8g）" beside the card: a budget only the learned ranker reads, so a weak one
+    parser = parse("本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题")
+    assert parser.budget == 8 * GiB and "budget" in parser.learned and "budget" in parser.weak
+    got, won = combine(parser, Intake(budget_share=0.6, phase_cue="llm tiny"))
+    assert (got.budget, got.budget_share) == (None, 0.6) and won["budget_share"] == "llm"
+    assert "budget" not in got.learned  # nothing guessed is left to confirm
+    strong = parse("4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM")
+    assert combine(strong, Intake(budget_share=0.6, phase_cue="llm tiny"))[0].budget == 8 * GiB  # said: kept

@@ -38,7 +38,7 @@ from assistant.intake.scrub import scrub
 from assistant.intake.sizes import find_budget, find_share, size_of
 from assistant.intake.text import blank
 
-__all__ = ["Intake", "detect_lang", "parse", "merge", "size_of", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
+__all__ = ["Intake", "detect_lang", "parse", "merge", "without_budget", "size_of", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
 
 MSG = catalog("intake")
 
@@ -115,6 +115,15 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
                                                ("budget", "budget" in taught),
                                                ("phase", symptom.when == "unknown" or "when" in taught)) if guessed),
     )
+
+
+def without_budget(read: Intake) -> Intake:
+    """``read`` with no budget, and no mark of a learned one (``learned``,
+    ``weak``): for a guess the user replaced, dropped or confirmed, or one a
+    limit already in force leaves no place for."""
+    return replace(read, budget=None, budget_share=None,
+                   learned=tuple(name for name in read.learned if name != "budget"),
+                   weak=tuple(name for name in read.weak if name != "budget"))
 
 
 def merge(base: Intake, newer: Intake) -> Intake:

@@ -10,8 +10,8 @@ word order where a list of patterns cannot:
 
 - *when* the trouble happens: a character n-gram logistic regression over the
   message with the quoted error and the model name blanked, asked where no
-  cue said when and the message reports trouble (a plain question is never
-  placed in time), and overruling a cue's *when* only when ``OVER_A_CUE``
+  cue said when and the message reports trouble (so a plain question is
+  not placed in time by it), and overruling a cue's *when* only when ``OVER_A_CUE``
   sure of another;
 - *what* happens: the same kind of model over the message with the model
   name blanked, asked where no cue said what (unless "no trouble at all" is
@@ -174,7 +174,8 @@ def fit_all(rows: list[tuple[Scrubbed, dict]] | None = None) -> Models:
     from assistant.intake import budget_model
 
     rows = labelled() if rows is None else rows
-    corpus = [pair for pair in rows if "when" in pair[1] or "what" in pair[1]]  # the pinned rows carry no budget label
+    # the ranker learns from the development batches alone, the rows its settings were chosen on
+    corpus = [pair for pair in rows if "when" in pair[1] or "what" in pair[1]]
     return Models(fit(examples("when", rows)), fit(examples("what", rows)), budget_model.fit(budget_model.examples(corpus)))
 
 
@@ -258,13 +259,17 @@ def guess(axis: str, text: str, model=None, threshold: float | None = None) -> G
 
 def no_trouble(text: str, model=None) -> float | None:
     """How likely the *what* reader finds it that ``text`` (its :func:`view`)
-    reports no trouble at all; None where the reader cannot be had."""
+    reports no trouble at all; None where the text is too short to read or
+    the reader cannot be had."""
+    text = text[:MAX_CHARS]
+    if not long_enough(text):
+        return None
     if model is None:
         bundle = fitted()
         if bundle is None:
             return None
         model = bundle.what
-    probabilities = model.predict_proba([text[:MAX_CHARS]])[0]
+    probabilities = model.predict_proba([text])[0]
     return float(probabilities[list(model.classes_).index("unknown")])
 
 
@@ -274,12 +279,15 @@ def guess_budget(numbers: str, model=None, threshold: float | None = None) -> Gu
     ``threshold`` (default ``budget_model.MIN_PROBABILITY``)."""
     from assistant.intake import budget_model
 
+    numbers = numbers[:MAX_CHARS]
+    if not budget_model.candidates(numbers):
+        return None  # nothing to rank: no fit is paid for "8k" or a plain question
     if model is None:
         bundle = fitted()
         if bundle is None:
             return None
         model = bundle.budget
-    best = budget_model.rank(numbers[:MAX_CHARS], model)
+    best = budget_model.rank(numbers, model)
     if best is None or best[1] < (budget_model.MIN_PROBABILITY if threshold is None else threshold):
         return None
     return Guess(best[0], best[1])

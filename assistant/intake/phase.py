@@ -4,11 +4,14 @@
 and *what* happens (OOM, crash, slow / spill to CPU, hang, cut output) are
 separate questions; a message may answer one, both or neither. The phase the
 rules receive follows from both, *when* first: a crash at load is a load
-problem, a slowdown with long prompts a long-input one; a message no cue places in
-time is asked of :mod:`learned`, fitted on the development corpus (which also
-reads a *what* no cue said), and only when that is unsure too does the *what* decide (slow -> slow, a cut answer ->
-long_input since output is cut at ``num_ctx``, any failure -> crash). The cue
-lists are data, so a phrasing is added by adding a line with its example.
+problem, a slowdown with long prompts a long-input one. A message no cue places
+in time is asked of :mod:`learned`, fitted on the development corpus (which
+also reads a *what* no cue said, and overrules a cue's *when* or *what* only
+when very sure of another); only when that is unsure too does the *what*
+decide (slow -> slow, a cut answer -> long_input since output is cut at
+``num_ctx``, any failure -> crash). A message put as a question that the
+*what* reader finds likely to report no trouble takes no time from a cue. The
+cue lists are data, so a phrasing is added by adding a line with its example.
 """
 from __future__ import annotations
 
@@ -184,17 +187,18 @@ def read_symptom(seen: Scrubbed, want_parallel: int | None) -> Symptom:
     when, when_cue = _read("when", prose, err, failed)
     if when == "over_time" and what == "unknown":
         what, what_cue = "oom", when_cue  # memory that only grows is a shortage on its way
-    # several requests at once and trouble of any kind, a slowdown too ("NUM_PARALLEL=4 以后速度掉到 1~2")
-    if when == "unknown" and (failed or what == "slow") and want_parallel and want_parallel > 1:
-        when, when_cue = "concurrent", f"parallel {want_parallel}"
-    if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash", "hang"):
-        when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading
     taught = []
     # where no cue said what, the learned *what* may; where one did, only one very sure of another
     guess = _learned("what", seen, True, None if what == "unknown" else learned.OVER_A_CUE["what"])
     if guess is not None and guess.value != what:
         what, what_cue = guess.value, guess.cue
+        failed = what not in ("unknown", "slow") or bool(error)
         taught.append("what")
+    # several requests at once and trouble of any kind, a slowdown too ("NUM_PARALLEL=4 以后速度掉到 1~2")
+    if when == "unknown" and (failed or what == "slow") and want_parallel and want_parallel > 1:
+        when, when_cue = "concurrent", f"parallel {want_parallel}"
+    if when == "unknown" and _OLLAMA_RUN.search(full) and what in ("oom", "crash", "hang"):
+        when, when_cue = "load", "ollama run"  # an error straight after `ollama run` came from loading
     # a message put as a question that reports no trouble, which the reader finds likely, asks ("how
     # much VRAM for 4 people at the same time?"): a time a cue read in it does not make it a symptom
     if what == "unknown" and not error and when != "unknown" and _QUESTION.search(full) and _asks_without_trouble(seen):
