@@ -28,6 +28,11 @@ def pytest_configure(config):
     def _terminate(signum, frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, _terminate)
+    # a run started in the background by a shell without job control inherits SIGINT
+    # ignored, and so would every oomvet the tests start and Ctrl-C; the Ctrl-C tests
+    # need the default a terminal gives (children of a process that handles SIGINT
+    # start with it at its default)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _in_ci() -> bool:
