@@ -193,7 +193,7 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
                lambda f: (cell(f.get("name")), cell(f.get("num_ctx")),
                           f"{cell(f.get('prompt_tokens'))} / {cell(f.get('sent_tokens'))}", size(f.get("peak")),
                           cell(f.get("answered")), read_as(f), cell(f.get("error"))))
-    fact_table("quant_trial", "report.quant", ("tag", "level", "weights", "peak", "answered", "reading"),
+    fact_table("quant_trial", "report.quant", ("tag", "level", "after_load", "peak", "answered", "reading"),
                lambda f: (cell(f.get("tag")), cell(f.get("level")), size(f.get("weights")), size(f.get("peak")),
                           cell(f.get("answered")), read_as(f)))
     fact_table("knob_trial", "report.knobs", ("knob", "change", "peak", "applied", "answered", "reading", "error"),

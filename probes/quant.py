@@ -2,7 +2,9 @@
 
 Levels come from ``/api/show`` (``details.quantization_level``), never from
 the tag text, and are ordered by bits per weight. For each level below the
-current one: load at the same ``num_ctx``, read the weights' memory, and ask
+current one: load at the same ``num_ctx``, read the memory right after the load
+(the fact's ``weights``: the weights with the KV cache and compute buffers at
+that ``num_ctx``, so it is shown as "after load"), and ask
 the fixed coherence task, comparing the answer with the current tag's. The
 KV cache does not shrink with weight quantization, and nothing here expects
 it to. A tag the memory model predicts not to fit is not loaded (a note says
@@ -130,7 +132,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                 "bits": bits, "peak": step.peak, "num_ctx": num_ctx, "predicted_peak": guess,
                 "agreement": signal["agreement"] if signal else None, "kl": signal["kl"] if signal else None, **step.reading(),
             })
-            result.rows.append({"tag": tag, "level": level, "bits": bits, "weights": weights, "peak": step.peak,
+            result.rows.append({"tag": tag, "level": level, "bits": bits, "after load": weights, "peak": step.peak,
                                 "predicted": guess,
                                 "agreement": None if not signal else round(signal["agreement"], 3),
                                 "kl": None if not signal or signal["kl"] is None else round(signal["kl"], 4),

@@ -76,7 +76,7 @@ class ProbeResult:
 
 #: row keys whose values are bytes (or bytes per minute): always shown as sizes,
 #: so a small peak reads "464.00 KiB", never 475136
-SIZE_KEYS = frozenset({"peak", "idle", "after load", "settled", "limit", "weights", "ollama size", "drift/min"})
+SIZE_KEYS = frozenset({"peak", "idle", "after load", "settled", "limit", "ollama size", "drift/min"})
 
 
 def _cell(value, key: str = "") -> str:

@@ -143,6 +143,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "tag": _f(str),
         "level": _f(str),
         "answered": _f(bool),
+        # the memory read right after the load at num_ctx: the weights with the
+        # KV cache and compute buffers (named as in DESIGN.md; shown as "after load")
         "weights": _f(int, _NONE),
         "error": _f(str, _NONE, required=False),
         # the figures of the answer to the fixed task (probes/coherence.py

@@ -69,6 +69,14 @@ def test_tables_of_tiers_quant_and_knob_trials_are_in_both_formats():
     assert "<td>neohorse-1:q4_1</td>" in html and "<td>512 -&gt; 256</td>" in html
 
 
+def test_a_quant_trial_reads_the_memory_after_its_load_and_is_not_called_weights():
+    # the reading holds the KV cache and compute buffers as well as the weights
+    for lang, header in (("en", "| tag | level | after load | peak |"), ("zh", "| 标签 | 量化级别 | 加载后 | 峰值 |")):
+        result = sample_result(lang=lang)
+        md = report_files(result, build_config(result))["report.md"]
+        assert header in md, lang
+
+
 def test_why_chain_steps_and_final_config_are_in_the_report():
     result = sample_result()
     md = report_files(result, build_config(result))["report.md"]

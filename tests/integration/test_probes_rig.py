@@ -106,6 +106,12 @@ def test_quant_probe_reads_levels_from_the_server_and_checks_coherence(rig):
     from rules.coherence import CHECKS
     assert set(read("quant", result.facts)) <= {"quant_usable"} | {c.rule for c in CHECKS}
     assert result.facts[0]["weights"] > result.facts[1]["weights"]
+    # the reading is the memory after the load, so it holds each tag's weights and more;
+    # the table says "after load", not "weights"
+    from probes import predict
+    for fact, row in zip(result.facts, result.rows):
+        assert row["after load"] == fact["weights"] and "weights" not in row
+        assert fact["weights"] > predict.read_shape(env.api, fact["tag"]).weights_bytes
 
 
 def test_every_probe_leaves_the_loaded_models_as_they_were(rig):
