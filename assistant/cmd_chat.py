@@ -15,7 +15,7 @@ from assistant.i18n import catalog, set_lang, t
 from assistant.intake import parse as parse_intake
 from assistant.intake import learned
 from assistant.session import Session
-from assistant.session_args import add_session_args, settle_s
+from assistant.session_args import add_session_args, budget_from_words, settle_s
 from assistant.ui import ChatUI, QuitSession
 from assistant.world import open_world
 
@@ -51,10 +51,7 @@ def run(args, console: Console | None = None, stream=None) -> int:
         lang = set_lang(args.lang or intake.lang)
         if not args.budget and "budget" in intake.learned:
             intake = ui.confirmed_budget(intake)
-        if not args.budget and intake.budget:
-            args.budget = str(intake.budget)
-        elif not args.budget and intake.budget_share:
-            args.budget = f"{intake.budget_share * 100:g}%"  # resolved against the device by the world
+        budget_from_words(args, intake)
         with open_world(args, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
             intake = _with_server_names(intake, first, world, ui)
             ui.say(_heard(intake))

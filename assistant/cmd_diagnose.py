@@ -18,10 +18,10 @@ from assistant.i18n import catalog, set_lang, t
 from assistant.journal import open_log, tracking
 from assistant.intake import parse as parse_intake
 from assistant.session import Session
-from assistant.session_args import add_session_args, settle_s
+from assistant.session_args import add_session_args, budget_from_words, settle_s
 from assistant.ui import AutoUI
-from probes.units import fmt_size
 from assistant.world import open_world
+from probes.units import fmt_size
 
 MSG = catalog("cmd_diagnose")
 
@@ -53,6 +53,7 @@ def run(args) -> int:
     intake = parse_intake(answers.get("symptom") or "")
     if not args.budget and "budget" in intake.learned:  # unattended, as chat --auto: kept, and said to be a guess
         err.print(t("ui.budget_guess_auto", v=fmt_size(intake.budget)), highlight=False, markup=False)
+    budget_from_words(args, intake)  # after --budget and the answers file's budget
     with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
         settle = settle_s(args, world)
         log = open_log(args, world, model=model, lang=lang, settle_s=settle, answers=answers)

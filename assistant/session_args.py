@@ -26,6 +26,20 @@ def add_session_args(p: argparse.ArgumentParser, *, auto: str, out: str, lang: s
                    help=f"seconds to watch memory after load (default {SETTLE_S:g}; {SETTLE_S_STANDIN:g} on the rig or the simulator)")
 
 
+def budget_from_words(args: argparse.Namespace, intake) -> None:
+    """A budget the user's first words gave (``intake``: an
+    :class:`assistant.intake.Intake`) becomes the limit of every measurement, as
+    ``--budget`` would; a ``--budget`` already given wins. Both commands set it
+    before the world resolves its limit, so the probes, the charts, the config
+    and the rules all hold to the same figure."""
+    if args.budget:
+        return
+    if intake.budget:
+        args.budget = str(intake.budget)
+    elif intake.budget_share:
+        args.budget = f"{intake.budget_share * 100:g}%"  # resolved against the device by the world
+
+
 def settle_s(args: argparse.Namespace, world) -> float:
     """``--settle``, else the default for the server in hand."""
     if args.settle is not None:

@@ -150,6 +150,22 @@ def test_diagnose_keeps_a_learned_budget_and_says_it_is_a_guess(tmp_path, capsys
     assert "我从你的消息里推测显存上限是 8.00 GiB（推测的）；所有测量都以它为上限。" in re.sub(r"\s*\n\s*", "", err)
     doc = yaml.safe_load((tmp_path / "out" / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "kv_cache"
+    # held to it: 8 GiB is more than the 4060 can give beside its other processes
+    assert doc["evidence"]["limit_note"].startswith("--budget 8589934592 (8.00 GiB) is more than")
+
+
+def test_diagnose_holds_every_measurement_to_a_budget_the_symptom_gave(tmp_path):
+    # not only the rules: the probes, the charts and the config's limit (as chat does)
+    from assistant.cli import main
+    answers = tmp_path / "answers.yaml"
+    answers.write_text(yaml.safe_dump({"symptom": "neohorse-1:q4_K_M 上下文开到 32k 就 OOM，短的没问题，显存只剩 5G 能用",
+                                       "lang": "zh"}, allow_unicode=True), encoding="utf-8")
+    main(["diagnose", "--simulate", str(SCENARIOS / "kv_cache.yaml"), "--answers", str(answers),
+          "--model", "neohorse-1:q4_K_M", "--settle", "0.2", "--out", str(tmp_path / "out")])
+    doc = yaml.safe_load((tmp_path / "out" / "oomvet.yaml").read_text())
+    assert doc["evidence"]["limit"] == 5 * 1024 ** 3
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "5.00 GiB" in report
 
 
 def test_diagnose_with_a_budget_of_its_own_says_nothing_of_a_guess(tmp_path, capsys):
@@ -160,3 +176,5 @@ def test_diagnose_with_a_budget_of_its_own_says_nothing_of_a_guess(tmp_path, cap
     main(["diagnose", "--simulate", str(SCENARIOS / "kv_cache.yaml"), "--answers", str(answers),
           "--model", "neohorse-1:q4_K_M", "--settle", "0.2", "--out", str(tmp_path / "out")])
     assert "推测" not in capsys.readouterr().err
+    # the answers file's budget wins over the 8g in the words
+    assert yaml.safe_load((tmp_path / "out" / "oomvet.yaml").read_text())["evidence"]["limit"] == 6 * 1024 ** 3
