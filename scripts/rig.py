@@ -25,7 +25,25 @@ def _ready(rig: Rig, started: float) -> None:
           f"{rig.host}; tags: {', '.join(f'{t} ({lvl})' for t, lvl in rig.levels.items())}", flush=True)
 
 
+def _until_stopped() -> None:
+    """Wait for Ctrl-C or SIGTERM (``kill``, ``timeout``, a service manager's
+    stop). Both are blocked first, so neither ends the process before the Rig
+    has stopped the server it started; SIGINT counts even where the shell
+    started this in the background with it ignored."""
+    if not hasattr(signal, "sigwait"):
+        input()
+        return
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    signal.sigwait(stops)
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt  # a SIGTERM during a build unwinds like Ctrl-C: what was started is stopped
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=("setup", "serve"))
     parser.add_argument("--rig-version", metavar="V",
@@ -43,7 +61,7 @@ def main() -> int:
                 _ready(rig, started)
                 if args.action == "serve":
                     print(f"OLLAMA_HOST={rig.host}  (Ctrl-C stops it)", flush=True)
-                    signal.sigwait({signal.SIGINT, signal.SIGTERM}) if hasattr(signal, "sigwait") else input()
+                    _until_stopped()
     except ProbeError as exc:
         print(f"rig: {exc}", file=sys.stderr)
         if exc.hint:

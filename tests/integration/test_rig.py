@@ -68,3 +68,32 @@ def test_kv_cache_growth_from_2048_to_8192_matches_the_formula(rig):
     expected = KV_PER_TOKEN * (8192 - 2048)  # 135 MiB
     grew = after[8192] - after[2048]
     assert abs(grew - expected) <= 0.25 * expected, (grew / MiB, expected / MiB)
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGINT ignored"])
+def test_rig_serve_stops_the_server_it_started(rig, stop):
+    """``scripts/rig.py serve`` ends on Ctrl-C or SIGTERM, and takes its Ollama with it
+    (a SIGTERM once ended the script and left the server running); "SIGINT ignored" is
+    a serve started in the background by a shell without job control."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if stop == "SIGINT ignored" else None
+    proc = subprocess.Popen([sys.executable, "scripts/rig.py", "serve", "--rig-version", rig.version],
+                            cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ignore)
+    try:
+        host = re.search(r" at (http://[\d.:]+);", proc.stdout.readline()).group(1)
+        with urllib.request.urlopen(f"{host}/api/version", timeout=10) as resp:
+            assert resp.status == 200
+        proc.send_signal(signal.SIGTERM if stop == "SIGTERM" else signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with pytest.raises(OSError):  # nothing listens there any more
+        urllib.request.urlopen(f"{host}/api/version", timeout=5)
