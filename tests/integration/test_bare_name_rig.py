@@ -59,3 +59,31 @@ def test_a_bare_name_measures_the_same_model_as_its_tag(rig, tmp_path):
     assert tagged["config"] == bare["config"]
     tagged_peak = [f for f in tagged_facts if f["kind"] == "stability"][-1]["peak"]
     assert abs(stability[-1]["peak"] - tagged_peak) <= 0.10 * tagged_peak, (stability[-1]["peak"], tagged_peak)
+
+
+def test_the_chat_reads_a_name_in_the_message_as_the_tag_the_real_server_lists(rig):
+    """The parser alone can only guess "NeoHorse-1" is a model (weak); with the
+    rig's /api/tags the chat reads it as the server spells it, ``neohorse-1:latest``,
+    and a follow-up answer naming another of its tags is read the same way."""
+    import io
+
+    from rich.console import Console
+
+    from assistant import cmd_chat
+    from assistant.answers import parse_answer
+    from assistant.cli import build_parser
+    from assistant.intake import parse
+    from assistant.ui import ChatUI
+    from assistant.world import open_world
+
+    first = "用 Ollama 跑 NeoHorse-1，一加载就爆显存"
+    guessed = parse(first)
+    assert guessed.model == "neohorse-1" and "model" in guessed.weak
+    args = build_parser().parse_args(["chat", "--host", rig.host, "--budget", "340MiB"])
+    ui = ChatUI(Console(file=io.StringIO()), stream=io.StringIO(""), lang="zh")
+    with open_world(args, log=lambda m: None) as world:
+        read = cmd_chat._with_server_names(guessed, first, world, ui)
+        tags = ui.tags(world)
+    assert "neohorse-1:latest" in tags  # as the real server lists it
+    assert read.model == "neohorse-1:latest" and "model" not in read.weak
+    assert parse_answer("model", "我跑的是 neohorse-1:q4_1 那个", tags=tags) == "neohorse-1:q4_1"
