@@ -1,27 +1,22 @@
 """The command line: parse, hand off, turn our errors into one line and an exit code.
 
-Each subcommand lives in its own ``assistant/cmd_*.py`` module exposing
-``add_parser(subparsers)`` and ``run(args) -> int``; this module only wires
-them. No diagnosis logic here.
+Each subcommand lives in its own module under :mod:`assistant.commands`,
+exposing ``add_parser(subparsers)`` and ``run(args) -> int``; this module only
+wires them. No diagnosis logic here.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import signal
 import sys
 import threading
 
 from assistant import __version__
+from assistant.commands import COMMANDS
 from assistant.errors import EXIT_USAGE
 from probes.errors import UserError
 from rules.engine import RulesUnavailable
-
-# order = order in --help
-COMMANDS = ("chat", "diagnose", "probe", "intake", "devices", "plan", "check", "apply", "simulate",
-            "sessions")  # cmd_sessions also registers resume and report
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -37,20 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"oomvet {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        module = _command_module(name)
-        if module is not None:
-            module.add_parser(sub)
+    for command in COMMANDS:
+        command.add_parser(sub)
     return parser
-
-
-def _command_module(name: str):
-    try:
-        return importlib.import_module(f"assistant.cmd_{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"assistant.cmd_{name}":
-            return None  # command not built yet
-        raise
 
 
 def _terminate(signum, frame):
@@ -65,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
-        if _command_module("chat") is not None:
-            argv = ["chat", *argv]
+        argv = ["chat", *argv]
     args = parser.parse_args(argv)  # argparse exits 2 with one usage line on bad flags
     args.argv = argv  # journalled, so `oomvet resume` can run the same command again
     if args.command is None:

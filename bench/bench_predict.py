@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probes import context, predict  # noqa: E402
+from probes import context, predict# noqa: E402
 from probes.base import ProbeEnv  # noqa: E402
 from probes.calibrate import Calibration  # noqa: E402
 from probes.memory.host import HostReader  # noqa: E402

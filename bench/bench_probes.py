@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probes import backend, baseline, context, quant, stability  # noqa: E402
+from probes import backend, baseline, context, quant, stability# noqa: E402
 from probes.base import ProbeEnv  # noqa: E402
 from probes.memory.select import select_reader  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402

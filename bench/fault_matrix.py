@@ -125,7 +125,7 @@ def _runners(server_pid: int | None) -> list[int]:
 def _journal_ok(journal: Path) -> tuple[bool, str, list]:
     """Whether the journal opens with the session in it, how it ended, and the
     session's last server entries (what was loaded before, restored or not)."""
-    from assistant.journal import Journal
+    from assistant.journal.store import Journal
     try:
         with Journal(journal) as j:
             rows = j.sessions()

@@ -3,7 +3,7 @@
 A note is a plain string in English (what ``--json``, the journal and the
 report keep), and also carries its key and values, so the chat and the
 report can say it in the session's language from the assistant's catalog
-(``assistant/render.py`` has every key below in English and Chinese; a test
+(``assistant/session/render.py`` has every key below in English and Chinese; a test
 checks both catalogs cover :data:`TEXT`). Values are already formatted
 (sizes as text), so a translation only rearranges them.
 """

@@ -4,7 +4,7 @@ into the session state.
 Each function here is the effect of one kind of reading rule (rules/readings.py
 says which fires): it stores what the fact says and the rule's verdict on it
 (``fits`` / ``oom`` / ``over`` ...) where the interpreting rules will look. None
-of them decides a branch. Answers arrive parsed (assistant/answers.py reads the
+of them decides a branch. Answers arrive parsed (assistant/session/answers.py reads the
 words, in both languages); only the canonical spellings of a parsed yes/no are
 accepted here.
 """

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from assistant import cmd_chat
+from assistant.commands import chat as cmd_chat
 from assistant.cli import build_parser
 from assistant.i18n import set_lang
 

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 MiB = 1 << 20
 GiB = 1 << 30
 
-from probes.sim.nvml_errors import ERRORS as _ERRORS
-from probes.sim.nvml_errors import SUBCLASSES, NVMLError
+from oomsim.nvml_errors import ERRORS as _ERRORS
+from oomsim.nvml_errors import SUBCLASSES, NVMLError
 
 _BY_MESSAGE = {msg: code for code, (_, msg) in _ERRORS.items()}
 _BY_NAME = {name: code for code, (name, _) in _ERRORS.items()}

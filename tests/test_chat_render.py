@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from assistant import render
+from assistant.session import render
 from assistant.i18n import set_lang
 from probes.result import ProbeResult
 from probes.ollama_api import Loaded
@@ -118,7 +118,7 @@ def test_every_probe_note_key_is_in_the_catalog_in_both_languages_and_says_the_s
 
 def test_a_keyed_note_is_said_in_chinese_with_its_inner_note_too():
     from assistant.i18n import set_lang
-    from assistant.render import note
+    from assistant.session.render import note
     from probes.notes import Note
 
     set_lang("zh")

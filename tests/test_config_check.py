@@ -10,8 +10,9 @@ import json
 import pytest
 import yaml
 
-from assistant import cli, cmd_check
-from assistant.cmd_apply import Applier, CommandResult
+from assistant import cli
+from assistant.commands import check as cmd_check
+from assistant.commands.apply import Applier, CommandResult
 from assistant.config import ConfigError, build_config, dump_config, load_config
 from tests.test_config_roundtrip import sample_result
 

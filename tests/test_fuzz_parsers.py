@@ -98,7 +98,7 @@ def test_budgets_are_read_or_refused_in_one_line(text):
 def test_model_tags_never_raise(tag):
     from assistant.intake import normalise_model
     from probes.memmodel import level_from_tag
-    from probes.sim.scenario import canonical
+    from oomsim.scenario import canonical
     for name, fn in (("model tags (intake.normalise_model)", normalise_model),
                      ("model tags (memmodel.level_from_tag)", level_from_tag),
                      ("model tags (sim.scenario.canonical)", canonical)):
@@ -119,10 +119,10 @@ ANSWERS = st.one_of(st.text(max_size=80),
 @FUZZ
 @given(text=ANSWERS)
 def test_answers_files_are_read_or_refused_in_one_line(tmp_path, text):
-    from assistant.answers import load_answers
+    from assistant.session.answers import load_answers
     path = tmp_path / "answers.yaml"
     path.write_text(text, encoding="utf-8")
-    judge("answers files (assistant.answers)", load_answers, path)
+    judge("answers files (assistant.session.answers)", load_answers, path)
 
 
 # -- oomvet.yaml (oomvet check) -----------------------------------------------------
@@ -193,10 +193,10 @@ SCENARIOS = st.one_of(
 @FUZZ
 @given(text=SCENARIOS)
 def test_scenario_files_are_read_or_refused_in_one_line(tmp_path, text):
-    from probes.sim.scenario import load_scenario
+    from oomsim.scenario import load_scenario
     path = tmp_path / "s.yaml"
     path.write_text(text, encoding="utf-8")
-    judge("scenario files (probes.sim.scenario)", load_scenario, path)
+    judge("scenario files (oomsim.scenario)", load_scenario, path)
 
 
 # -- intake text --------------------------------------------------------------------------

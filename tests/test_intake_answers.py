@@ -1,5 +1,5 @@
 """One answer parser (issue 12): every chat answer, answers-file value and
-consent goes through assistant.answers, read by the same intake as the first
+consent goes through assistant.session.answers, read by the same intake as the first
 message; the rules receive parsed values only."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import io
 import pytest
 from rich.console import Console
 
-from assistant.answers import Share, answer_facts, parse_answer, parse_yes_no
+from assistant.session.answers import Share, answer_facts, parse_answer, parse_yes_no
 from assistant.intake import Intake
-from assistant.ui import ChatUI
+from assistant.session.ui import ChatUI
 from rules import record
 
 GiB = 1 << 30
@@ -123,7 +123,7 @@ def test_a_budget_answer_of_a_small_bare_number_asks_for_a_unit_rather_than_read
 
 
 def test_an_answers_file_budget_without_a_unit_is_refused_in_one_line(tmp_path):
-    from assistant.answers import load_answers
+    from assistant.session.answers import load_answers
     from assistant.errors import UsageError
     path = tmp_path / "answers.yaml"
     path.write_text("budget: 6\n", encoding="utf-8")

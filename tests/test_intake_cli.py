@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from assistant.cli import main
-from assistant.cmd_intake import summary_rows
+from assistant.commands.intake import summary_rows
 from assistant.intake import Intake
 from rules.facts import PHASES, validate
 

@@ -15,7 +15,7 @@ import yaml
 from assistant.intake import budget_model, learned, merge, parse
 from assistant.intake.learned import Guess
 from assistant.intake.scrub import scrub
-from assistant.intake_llm import combine
+from assistant.intake.llm import combine
 from tests.intake_table import HELDOUT_CORPUS
 
 pytestmark = pytest.mark.usefixtures("raise_errors")

@@ -9,7 +9,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from assistant.intake import Intake, parse
-from assistant.intake_llm import IntakeFields, Transcript, combine, llm_intake
+from assistant.intake.llm import IntakeFields, Transcript, combine, llm_intake
 
 GiB = 1 << 30
 

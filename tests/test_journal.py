@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from assistant.journal import (MIGRATIONS, SCHEMA_VERSION, Journal, JournalError, restore_command, state_dir)
+from assistant.journal.store import (MIGRATIONS, SCHEMA_VERSION, Journal, JournalError, restore_command, state_dir)
 from probes.base import ProbeEnv, restoring, server_settings
 from probes.ollama_api import Loaded
 

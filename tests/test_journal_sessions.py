@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from assistant.cli import main
-from assistant.journal import DB_NAME
+from assistant.journal.store import DB_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "kv_cache.yaml"
@@ -140,9 +140,9 @@ def test_a_file_in_place_of_the_output_folder_is_refused_before_anything_is_meas
 
 def test_an_output_folder_that_breaks_during_the_session_keeps_it_for_report(tmp_path, capsys, monkeypatch):
     # the folder was fine when the session started, and became a file meanwhile
-    import assistant.cmd_diagnose
+    import assistant.commands.diagnose
 
-    monkeypatch.setattr(assistant.cmd_diagnose, "check_out_dir", lambda out: None)
+    monkeypatch.setattr(assistant.commands.diagnose, "check_out_dir", lambda out: None)
     blocker = tmp_path / "out"
     blocker.write_text("a file where the folder should be")
     code = main(["diagnose", "--simulate", str(SCENARIO), "--answers", str(ANSWERS), "--settle", "0.2",

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from assistant.cli import main
-from assistant.cmd_devices import build_report, render
+from assistant.commands.devices import build_report, render
 from assistant.i18n import set_lang
 from probes.budget import parse_budget
 from probes.memory.select import select_reader

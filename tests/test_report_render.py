@@ -8,7 +8,7 @@ import re
 from matplotlib.image import imread
 
 from assistant.config import build_config
-from assistant.report import chart_png, report_files, write_report
+from assistant.report.document import chart_png, report_files, write_report
 from tests.test_config_roundtrip import GiB, MiB, sample_result
 
 LIMIT_RED = (214, 39, 40)
@@ -135,7 +135,7 @@ def test_markdown_table_cells_escape_pipes():
 
 
 def test_a_limit_far_above_the_curve_is_written_not_drawn_so_the_curve_stays_readable():
-    from assistant.report import chart_png, chart_top
+    from assistant.report.document import chart_png, chart_top
 
     MiB, GiB = 1 << 20, 1 << 30
     assert chart_top(400 * MiB, 22 * GiB) == (400 * MiB, True)

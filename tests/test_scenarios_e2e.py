@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from probes import memmodel
-from probes.sim.scenario import load_scenario
+from oomsim.scenario import load_scenario
 from probes.serverinfo import engine_of
 from rules import thresholds
-from probes.sim.settings import FIT_TARGET_DEFAULT
+from oomsim.settings import FIT_TARGET_DEFAULT
 from probes.units import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def diagnose(name: str, out_dir: Path) -> tuple[int, dict, str]:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT,
                           env={**_env(), "OOMVET_LANG": "en"})
     if "invalid choice: 'diagnose'" in proc.stderr:
-        pytest.fail("`oomvet diagnose` is not built yet (assistant/cmd_diagnose.py)")
+        pytest.fail("`oomvet diagnose` is not built yet (assistant/commands/diagnose.py)")
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:

@@ -7,11 +7,11 @@ import pytest
 
 from probes.oomtext import classify
 from probes.serverlog import MemoryLog, parse
-from probes.sim.scenario import ScenarioError, scenario_from_dict
-from probes.sim.server import SimServer
-from probes.sim.messages import CRASH
-from probes.sim.settings import SimError
-from probes.sim.state import SimState
+from oomsim.scenario import ScenarioError, scenario_from_dict
+from oomsim.server import SimServer
+from oomsim.messages import CRASH
+from oomsim.settings import SimError
+from oomsim.state import SimState
 
 GiB, MiB = 1 << 30, 1 << 20
 LLAMA8B = {"arch": "llama", "block_count": 32, "head_count": 32, "head_count_kv": 8, "embedding_length": 4096,
@@ -66,7 +66,7 @@ def test_ps_shows_measured_buffers_on_current_and_the_estimate_on_legacy():
     current = SimServer(scenario())
     runner, _ = current.state.schedule("neohorse-1:q4_K_M", {"num_ctx": 8192}, None)
     handler = type("H", (), {"sim": current})
-    from probes.sim.server import _Handler
+    from oomsim.server import _Handler
     row = _Handler._ps(handler(), runner)
     assert row["size"] == runner.resident_gpu_bytes + runner.resident_cpu_bytes
     assert row["size_vram"] == current.state.used_bytes()  # what the device holds is what ps says
@@ -140,7 +140,7 @@ def test_the_legacy_runtime_oom_leaves_other_models_and_logs_the_cuda_line():
 def test_the_shipped_vram_tier_scenario_spills_at_its_default_and_fits_at_8192():
     from pathlib import Path
 
-    from probes.sim.scenario import load_scenario
+    from oomsim.scenario import load_scenario
 
     scn = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "vram_tier.yaml").with_timing(0, 0)
     state = SimState(scn)

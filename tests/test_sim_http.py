@@ -10,11 +10,11 @@ import urllib.request
 import ollama
 import pytest
 
-from probes import sim
+import oomsim as sim
 from probes.memory.select import select_reader
 from probes.ollama_api import Ollama
-from probes.sim.scenario import scenario_from_dict
-from probes.sim.messages import LOAD_OOM, RUNTIME_OOM
+from oomsim.scenario import scenario_from_dict
+from oomsim.messages import LOAD_OOM, RUNTIME_OOM
 
 GiB, MiB = 1 << 30, 1 << 20
 LLAMA8B = {"arch": "llama", "block_count": 32, "head_count": 32, "head_count_kv": 8, "embedding_length": 4096,

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from probes.errors import ProbeError
-from probes.sim.scenario import ScenarioError, load_scenario, scenario_from_dict
+from oomsim.scenario import ScenarioError, load_scenario, scenario_from_dict
 
 GiB, MiB = 1 << 30, 1 << 20
 

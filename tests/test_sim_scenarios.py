@@ -9,10 +9,10 @@ import yaml
 
 from probes import coherence, memmodel
 from rules.coherence import failed_checks
-from probes.sim.scenario import load_scenario
-from probes.sim.messages import RUNTIME_OOM
-from probes.sim.settings import SimError
-from probes.sim.state import SimState
+from oomsim.scenario import load_scenario
+from oomsim.messages import RUNTIME_OOM
+from oomsim.settings import SimError
+from oomsim.state import SimState
 from probes.texts import coherence_task
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from probes import memmodel as mm
-from probes.sim.scenario import scenario_from_dict
-from probes.sim.messages import LOAD_OOM, RUNTIME_OOM
-from probes.sim.settings import SimError, parse_keep_alive
-from probes.sim.state import SimState
+from oomsim.scenario import scenario_from_dict
+from oomsim.messages import LOAD_OOM, RUNTIME_OOM
+from oomsim.settings import SimError, parse_keep_alive
+from oomsim.state import SimState
 
 GiB, MiB = 1 << 30, 1 << 20
 LLAMA8B = {"arch": "llama", "block_count": 32, "head_count": 32, "head_count_kv": 8, "embedding_length": 4096,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from probes import coherence
 from rules.coherence import failed_checks
 from rules.thresholds import COHERENCE
-from probes.sim import text as simtext
+from oomsim import text as simtext
 from probes.texts import coherence_task, fill_prompt, stability_task
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from rich.console import Console
 
-from assistant.ui import ChatUI
+from assistant.session.ui import ChatUI
 from probes.base import Cancelled
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from assistant import cli, session as session_mod
+from assistant import cli
+from assistant.session import loop as session_mod
 from rules.facts import MEASUREMENTS
 from rules.kb import RULES
 

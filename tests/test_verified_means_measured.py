@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from assistant.deliver import deliver
+from assistant.files.deliver import deliver
 from assistant.intake import parse as parse_intake
-from assistant.session import Session
-from assistant.ui import AutoUI
-from assistant.world import open_world
+from assistant.session.loop import Session
+from assistant.session.ui import AutoUI
+from assistant.session.world import open_world
 from probes.ollama_api import Ollama
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
@@ -123,7 +123,7 @@ def test_a_measured_session_on_the_same_scenario_is_verified():
 def test_a_url_no_ollama_of_this_machine_serves_is_not_local():
     import socket
 
-    from assistant.world import local_server
+    from assistant.session.world import local_server
 
     with socket.socket() as sock:  # a proxy, a tunnel: something listens, but not Ollama
         sock.bind(("127.0.0.1", 0))
@@ -133,7 +133,7 @@ def test_a_url_no_ollama_of_this_machine_serves_is_not_local():
 
 
 def test_a_server_elsewhere_is_read_from_its_own_api_ps_and_marked_blind():
-    from assistant.world import remote_selection
+    from assistant.session.world import remote_selection
 
     with open_world(_args("kv_cache.yaml"), log=lambda m: None) as world:
         selection = remote_selection(world.host)

@@ -12,7 +12,7 @@ it. Where no cue says *when* or *what*, or the size grammar finds no budget,
 readers fitted on the packaged development corpus (:mod:`learned`) may, and
 ``Intake.learned`` names the fields they gave. It never raises for any
 string; text it cannot read is phase ``unknown``. Optional help from a chat
-model lives in :mod:`assistant.intake_llm`.
+model lives in :mod:`assistant.intake.llm`.
 
 Each field has a reader of its own in this package (``error_text``, ``model_names``,
 ``context``, ``parallel``, ``gpus``, ``sizes``, ``keep_context``, ``phase``); the cue

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from assistant.journal import DB_NAME, Journal
+from assistant.journal.store import DB_NAME, Journal
 from probes.ollama_api import Ollama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,12 +69,12 @@ def test_the_chat_reads_a_name_in_the_message_as_the_tag_the_real_server_lists(r
 
     from rich.console import Console
 
-    from assistant import cmd_chat
-    from assistant.answers import parse_answer
+    from assistant.commands import chat as cmd_chat
+    from assistant.session.answers import parse_answer
     from assistant.cli import build_parser
     from assistant.intake import parse
-    from assistant.ui import ChatUI
-    from assistant.world import open_world
+    from assistant.session.ui import ChatUI
+    from assistant.session.world import open_world
 
     first = "用 Ollama 跑 NeoHorse-1，一加载就爆显存"
     guessed = parse(first)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assistant import ui as _ui  # noqa: F401  (registers the question texts)
+from assistant.session import ui as _ui  # noqa: F401  (registers the question texts)
 from assistant.i18n import t
 from probes import context
 from tests.integration.helpers import MiB, rig_env

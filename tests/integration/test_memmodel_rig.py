@@ -75,7 +75,7 @@ def test_ollama_estimates_at_least_2048_cells(measured):
 
 
 def test_the_simulator_playing_the_demo_model_grows_its_kv_like_the_real_runner(measured):
-    from probes import sim
+    import oomsim as sim
 
     arch, rss, _, weights = measured
     scenario = {

@@ -15,10 +15,10 @@ from pathlib import Path
 import ollama
 import pytest
 
-from assistant.cmd_apply import Applier
+from assistant.commands.apply import Applier
 from assistant.config import OLLAMA_ENV_VARS, build_config, load_config
-from assistant.outputs import render_files, write_outputs
-from assistant.report import write_report
+from assistant.files.outputs import render_files, write_outputs
+from assistant.report.document import write_report
 from probes.units import fmt_size
 from tests.test_config_roundtrip import sample_result
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from assistant.world import local_server
+from assistant.session.world import local_server
 from tests.faultproxy import FaultProxy
 
 ROOT = Path(__file__).resolve().parents[2]

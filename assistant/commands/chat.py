@@ -1,0 +1,123 @@
+"""``oomvet`` / ``oomvet chat``: the conversation.
+
+The user describes the problem in their own words (Chinese, English or
+both); intake reads the facts, the rules decide what to ask and measure, and
+the chat shows each probe live and ends with the config files.
+"""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+from assistant.files.atomic import check_out_dir
+from assistant.files.deliver import deliver
+from assistant.i18n import catalog, set_lang, t
+from assistant.intake import parse as parse_intake
+from assistant.intake import learned
+from assistant.session.loop import Session
+from assistant.session.args import add_session_args, budget_from_words, settle_s
+from assistant.session.ui import ChatUI, QuitSession
+from assistant.session.world import open_world
+
+MSG = catalog("cmd_chat")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("chat", help="talk it through: describe the problem, watch the probes, get a config (default)",
+                       description="Describe the out-of-memory problem in your own words (English or Chinese); "
+                                   "oomvet asks what it needs, measures with your consent, and writes a verified config.")
+    add_session_args(p, auto="run every probe without asking for consent",
+                     lang="answer in this language (default: the first message's)",
+                     out="folder for the config and report (default oomvet-out)")
+    p.add_argument("--llm", metavar="MODEL", help="let a chat model help read your first message "
+                   "(it is unloaded before anything is measured)")
+    p.add_argument("--llm-host", metavar="URL", help="Ollama server for --llm (default: the one diagnosed)")
+    p.set_defaults(run=run)
+
+
+def run(args, console: Console | None = None, stream=None) -> int:
+    console = console or Console()
+    if args.lang:
+        set_lang(args.lang)
+    check_out_dir(args.out)  # refused before the conversation, not after the measurements
+    ui = ChatUI(console, stream=stream, auto=args.auto, lang=args.lang)
+    console.print(Text(t("chat.hello"), style="bold"))
+    learned.warm_up()  # fitted while the user types the first message
+    try:
+        first = ui.read("")
+        intake = parse_intake(first)
+        if args.llm:
+            intake = _with_llm(intake, first, args, console)
+        lang = set_lang(args.lang or intake.lang)
+        if not args.budget and "budget" in intake.learned:
+            intake = ui.confirmed_budget(intake)
+        budget_from_words(args, intake)
+        with open_world(args, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
+            intake = _with_server_names(intake, first, world, ui)
+            ui.say(_heard(intake))
+            model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
+            settle = settle_s(args, world)
+            session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle)
+            session.transcript.add_user(first)
+            outcome = session.run()
+        doc, paths = deliver(args.out, outcome.result)
+        console.print(t("chat.wrote", n=len(paths), out=args.out, names=", ".join(p.name for p in paths)),
+                      highlight=False, markup=False)
+        return outcome.exit_code
+    except (QuitSession, KeyboardInterrupt):
+        console.print(t("chat.bye"))
+        return 130 if stream is None else 0
+
+
+def _heard(intake) -> str:
+    parts = {"model": intake.model, "ctx": intake.want_ctx, "par": intake.want_parallel,
+             "budget": _size(intake.budget), "error": intake.error}
+    extra = {k: (t(f"chat.{k}", v=v) if v else "") for k, v in parts.items()}
+    if intake.want_ctx and intake.ctx_estimated:
+        extra["ctx"] = t("chat.ctx_est", v=intake.want_ctx)
+    if intake.budget is None and intake.budget_share:
+        extra["budget"] = t("chat.share", v=f"{intake.budget_share * 100:g}%")
+    return t("chat.heard", phase=t(f"chat.phase.{intake.phase}"), **extra)
+
+
+def _with_server_names(intake, first: str, world, ui):
+    """Read the first message again with the server's model list, so a name the
+    parser could only guess ("my finetune", a plain word) is matched to a tag."""
+    if intake.model is not None and "model" not in intake.weak:
+        return intake
+    tags = ui.tags(world)
+    if not tags:
+        return intake
+    again = parse_intake(first, tags=tags)
+    if again.model and again.model != intake.model and "model" not in again.weak:
+        from dataclasses import replace
+        return replace(intake, model=again.model, weak=tuple(w for w in intake.weak if w != "model"))
+    return intake
+
+
+def _size(n):
+    from probes.units import fmt_size
+    return fmt_size(n) if n else None
+
+
+def _with_llm(intake, text, args, console):
+    """The helper model's reading combined with the parser's, said in one line;
+    then the helper is unloaded from the server about to be measured."""
+    from assistant.commands.intake import with_llm
+    from assistant.session.world import host_from
+
+    host = args.llm_host or host_from(args)
+    combined, report = with_llm(intake, text, args.llm, host)
+    if report["error"]:
+        console.print(t("chat.llm_failed", model=args.llm, error=report["error"]), highlight=False, markup=False)
+    elif report["filled"]:
+        console.print(t("chat.llm_used", model=args.llm, fields=", ".join(report["filled"])),
+                      highlight=False, markup=False)
+    if report["answered"] and not args.llm_host:
+        from probes.ollama_api import Ollama
+        try:
+            Ollama(host, timeout_s=30).unload(args.llm)  # waits until /api/ps no longer lists it
+        except Exception as exc:  # noqa: BLE001 - said, and the session goes on
+            console.print(t("chat.llm_unload_failed", model=args.llm, error=str(exc).splitlines()[0] if str(exc) else
+                            type(exc).__name__), highlight=False, markup=False)
+    return combined

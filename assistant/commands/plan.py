@@ -1,0 +1,143 @@
+"""``oomvet plan``: what each tag of a model should need on a card, without loading anything.
+
+For every tag of the model on the server: the memory model's weights, KV
+bytes per token and compute buffer (``probes/predict.py``, the server's own
+engine), the largest context predicted to fit under the card with the rules'
+safety margin, and what the server's own default context would allocate on
+that card (the current engine picks 4k / 32k / 256k by total VRAM, a common
+surprise OOM). Predictions only: nothing here is measured, and the output
+says so.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from assistant.errors import UsageError
+from assistant.i18n import catalog, t
+from assistant.session.world import add_world_args, open_world, require_model
+from probes import memmodel, predict
+from probes.units import SizeError, fmt_size, parse_size
+from rules.thresholds import fit_limit
+
+MSG = catalog("cmd_plan")
+
+STEP = 256
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("plan", help=MSG["cmd_plan.help"]["en"],
+                              description=MSG["cmd_plan.help"]["en"] + " / " + MSG["cmd_plan.help"]["zh"])
+    add_world_args(p)
+    p.add_argument("--vram", metavar="SIZE", help="the card to plan for (default: this device, or --budget)")
+    p.add_argument("--ctx", metavar="N", help="also show the total at this num_ctx (default: the server's default)")
+    p.add_argument("--parallel", metavar="P", default="1", help="OLLAMA_NUM_PARALLEL to plan for (default 1)")
+    p.add_argument("--kv", metavar="TYPE", default="f16", help="KV cache type: f16, q8_0, q4_0 ... (default f16)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.set_defaults(run=run)
+
+
+def _positive(text) -> int:
+    try:
+        value = int(str(text))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(t("cmd_plan.bad_ctx", value=text))
+    return value
+
+
+def _arguments(args) -> tuple[int | None, int, str, int | None]:
+    ctx = _positive(args.ctx) if args.ctx is not None else None
+    parallel = _positive(args.parallel)
+    kv = str(args.kv).lower()
+    if kv not in memmodel.LLAMA_SERVER_KV_BYTES:
+        raise UsageError(t("cmd_plan.bad_kv", known=", ".join(memmodel.LLAMA_SERVER_KV_BYTES), value=args.kv))
+    vram = None
+    if args.vram is not None:
+        try:
+            vram = parse_size(args.vram)
+        except SizeError as exc:
+            raise UsageError(t("cmd_plan.bad_vram", why=exc)) from None
+    return ctx, parallel, kv, vram
+
+
+class _Card:
+    """The device as ``predict.default_ctx`` reads it, for a card being planned for."""
+
+    def __init__(self, vendor: str, total: int):
+        self.vendor, self.total_bytes = vendor, total
+
+
+def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None = None, parallel: int = 1,
+         kv: str = "f16") -> dict:
+    """The whole plan as one dict (what ``--json`` prints)."""
+    version, engine = predict.server_engine(api)
+    on_gpu = getattr(device, "vendor", None) in ("nvidia", "amd", "apple", "simulated")
+    limit = fit_limit(vram)
+    base = model.split(":", 1)[0]
+    tags = [model] + [name for name in api.siblings(model)]
+    rows = []
+    default_for_model = None
+    for tag in tags:
+        shape = predict.read_shape(api, tag, on_gpu=on_gpu)
+        footprint = predict.predictor(shape, engine, kv)
+        trained = shape.arch.context_length or None
+        default = predict.default_ctx(engine, device, server_env, trained)
+        if tag == model:
+            default_for_model = default
+        at = ctx or default
+        f = footprint(at, parallel)
+        top = trained or 262144
+        max_ctx = memmodel.largest_fitting_ctx(lambda c: footprint(c, parallel).total, limit, STEP, top, STEP)
+        if max_ctx is not None and trained and footprint(trained, parallel).total <= limit:
+            max_ctx = trained
+        default_total = footprint(default, parallel).total
+        rows.append({"model": tag, "level": shape.level, "weights": f.weights, "weights_source": shape.weights_source,
+                     "kv_per_token": int(round(memmodel.kv_per_token(engine, shape.arch, kv))),
+                     "compute": f.compute, "num_ctx": f.num_ctx, "total": f.total, "max_ctx": max_ctx,
+                     "trained_ctx": trained, "server_default_ctx": default, "default_total": default_total,
+                     "default_fits": default_total <= limit})
+    return {"model": model, "base": base, "engine": engine, "version": version, "vram": vram, "fit_limit": limit,
+            "num_parallel": parallel, "kv_cache_type": kv, "server_default_ctx": default_for_model,
+            "predicted": True, "tags": rows}
+
+
+def run(args) -> int:
+    model = require_model(args)
+    ctx, parallel, kv, vram = _arguments(args)  # bad input is refused before any server starts
+    with open_world(args) as world:
+        device = world.selection.reader.info()
+        if vram is not None:
+            card, planned = vram, _Card("nvidia", vram)   # a GPU of that size: its VRAM sets the default
+        else:
+            card, planned = int(world.limit.bytes), device  # what this device can give (or --budget)
+        result = plan(world.env.api, model, planned, world.env.control.env(), card, ctx, parallel, kv)
+    if args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return 0
+    out = Console()
+    out.print(render(result, ctx))
+    first = result["tags"][0]
+    verdict = t("cmd_plan.default_fits") if first["default_fits"] else t("cmd_plan.default_over")
+    out.print(t("cmd_plan.default_note", ctx=first["server_default_ctx"], verdict=verdict), highlight=False)
+    return 0
+
+
+def render(result: dict, ctx: int | None) -> Table:
+    table = Table(title=t("cmd_plan.title", model=result["model"], vram=fmt_size(result["vram"]),
+                          engine=result["engine"], version=result["version"]), title_justify="left")
+    at = ctx or result["server_default_ctx"]
+    for key in ("col_tag", "col_weights", "col_kv", "col_compute"):
+        table.add_column(t(f"cmd_plan.{key}"))
+    table.add_column(t("cmd_plan.col_at_ctx", ctx=at))
+    table.add_column(t("cmd_plan.col_max_ctx"))
+    table.add_column(t("cmd_plan.col_default"))
+    for row in result["tags"]:
+        table.add_row(row["model"], fmt_size(row["weights"]), fmt_size(row["kv_per_token"]), fmt_size(row["compute"]),
+                      fmt_size(row["total"]), str(row["max_ctx"]) if row["max_ctx"] else t("cmd_plan.none"),
+                      f"{row['server_default_ctx']} ({fmt_size(row['default_total'])})")
+    return table

@@ -1,0 +1,2 @@
+"""The report: ``report.md`` and ``report.html`` with the memory charts.
+"""

@@ -1,0 +1,313 @@
+"""The loop between the knowledge base and the world.
+
+A :class:`Session` posts what the user said (intake) and what the device is
+to the rules, then does whatever one next step the rules ask for: ask a
+question, run a probe, try a change (a stability retest of a candidate
+config), or finish. The rules decide; this module only carries facts back
+and forth and keeps the record (steps, charts, why-chain) that the config and
+report writers need. The same loop serves the chat (a person answers) and
+``diagnose`` (an answers file, or defaults, answer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Protocol
+
+from assistant import __version__
+from assistant.session.answers import answer_facts
+from assistant.errors import EXIT_NO_FIT, EXIT_OK
+from assistant.session import ui as _ui  # noqa: F401  (registers the diagnosis sentences)
+from assistant.i18n import catalog, t
+from assistant.intake import Intake
+from assistant.intake.llm import Transcript
+from probes import backend, baseline, context, quant, stability
+from probes.base import Cancelled, measured_server_env
+from probes.result import ProbeResult
+from probes.errors import ProbeError, ServerUnreachableError
+from probes.units import fmt_size
+from rules.engine import Advisor
+from rules.facts import MEASUREMENTS
+from rules.thresholds import fit_limit
+
+MAX_STEPS = 60  # a guard against a rules bug looping forever
+
+
+class UI(Protocol):
+    """What the session needs from whoever is on the other side."""
+
+    def ask(self, question: str, reason: str) -> Any:
+        """Return the answer (None = don't know / skip)."""
+
+    def consent(self, step: dict) -> bool:
+        """May we run this probe / try this change?"""
+
+    def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
+        """Run ``work`` (showing progress); may raise Cancelled."""
+
+    def show(self, event: str, **data) -> None:
+        """Tell the user what happened (a probe result, a diagnosis...)."""
+
+
+@dataclass
+class Outcome:
+    result: dict
+    exit_code: int
+
+
+@dataclass
+class Session:
+    world: Any                       # assistant.session.world.World
+    ui: UI
+    intake: Intake
+    model: str | None = None
+    lang: str = "en"
+    settle_s: float = 30.0
+    answers: dict = field(default_factory=dict)
+    transcript: Transcript = field(default_factory=Transcript)  # langchain-core messages
+    steps: list = field(default_factory=list)
+    charts: list = field(default_factory=list)
+    last_stability: dict | None = None
+    broken: ProbeError | None = None   # the probe error that ended the session early
+    journal: Any = None              # assistant.journal.store.SessionLog: everything on disk before it is used
+
+    def run(self) -> Outcome:
+        advisor = Advisor()
+        if hasattr(self.ui, "bind"):
+            self.ui.bind(self, advisor)
+        try:
+            return self._loop(advisor)
+        finally:
+            advisor.close()
+
+    # -- the loop ------------------------------------------------------------
+    def _initial_facts(self) -> list[dict]:
+        facts = []
+        for fact in self.intake.facts():
+            if fact["kind"] == "target":
+                fact = dict(fact)
+                fact["model"] = self.model or fact.get("model")
+                if self.answers.get("want_ctx") is not None and fact.get("want_ctx") is None:
+                    fact["want_ctx"] = int(self.answers["want_ctx"])
+                if self.answers.get("want_parallel") is not None and fact.get("want_parallel") is None:
+                    fact["want_parallel"] = int(self.answers["want_parallel"])
+                for key in ("keep_context", "keep_concurrency"):
+                    if self.answers.get(key) is not None and fact.get(key) is None:
+                        fact[key] = bool(self.answers[key])
+                fact["budget"] = self.world.limit.bytes if self.world.budget else fact.get("budget")
+            facts.append(fact)
+        facts.append(self.world.device_fact())
+        if self.world.server_fact is not None:
+            facts.append(self.world.server_fact)
+        return facts
+
+    def _loop(self, advisor: Advisor) -> Outcome:
+        step = None
+        if self.journal is not None:  # a resumed session first replays what it had journalled
+            advisor, step = self.journal.attach(advisor, self)
+        if step is None:
+            step = advisor.post_many(self._initial_facts())
+        for _ in range(MAX_STEPS):
+            if step is None:
+                raise RuntimeError("the rules gave no next step")
+            action = step["action"]
+            if action == "done":
+                return self._finish(advisor, step)
+            if action == "ask":
+                reason = step.get("reason_zh") if self.lang == "zh" else step.get("reason")
+                value = self.ui.ask(step["question"], reason or step.get("reason") or "")
+                # one answer parser: the rules get parsed values, plus what the same words also said
+                answers = answer_facts(step["question"], value, device_total=self.world.device_fact().get("total"))
+                value = answers[0]["value"]
+                if step["question"] == "model" and value:
+                    self.model = str(value)
+                self._record(step, summary=t("session.asked", self.lang, question=step["question"], value=value))
+                step = advisor.post_many(answers)
+            elif action == "probe":
+                step = self._probe(advisor, step)
+            elif action == "change":
+                step = self._change(advisor, step)
+            else:
+                raise RuntimeError(f"unknown next action {action!r}")
+        raise RuntimeError(f"no conclusion after {MAX_STEPS} steps")
+
+    def _probe(self, advisor: Advisor, step: dict) -> dict:
+        if not self.ui.consent(step):
+            self._record(step, summary=t("session.skipped", self.lang), ok=None)
+            return advisor.post({"kind": "probe_done", "probe": step["probe"], "ok": False,
+                                 "error": "skipped by the user"})
+        name, args = step["probe"], dict(step.get("args") or {})
+        env = self.world.env
+        work = self._probe_work(name, args, env)
+        result = self._run(f"{name}", work, env)
+        if result is None:  # cancelled: the server was restored; tell the rules it did not run
+            self._record(step, summary=t("session.stopped", self.lang), ok=None)
+            return advisor.post({"kind": "probe_done", "probe": name, "ok": False, "error": "stopped by the user"})
+        return self._post_result(advisor, step, name, result)
+
+    def _change(self, advisor: Advisor, step: dict) -> dict:
+        if not self.ui.consent(step):
+            self._record(step, summary=t("session.refused", self.lang), ok=None)
+            return advisor.post({"kind": "answer", "question": "refuse", "value": step.get("remedy") or step["knob"]})
+        config = step["config"]
+        env = self.world.env
+        result = self._run("stability", lambda: stability.run(env, config), env)
+        if result is None:
+            self._record(step, summary=t("session.stopped", self.lang), ok=None)
+            return advisor.post({"kind": "probe_done", "probe": "stability", "ok": False,
+                                 "error": "stopped by the user"})
+        return self._post_result(advisor, step, "stability", result)
+
+    def _probe_work(self, name: str, args: dict, env) -> Callable[[], ProbeResult]:
+        model = args.get("model") or self.model
+        if name == "baseline":
+            return lambda: baseline.run(env, model, num_ctx=args.get("num_ctx", baseline.DEFAULT_NUM_CTX),
+                                        num_batch=args.get("num_batch", 512),
+                                        num_parallel=args.get("num_parallel", 1), settle_s=self.settle_s)
+        if name == "context":
+            return lambda: context.run(env, model, tiers=args.get("tiers"), want_ctx=args.get("want_ctx"),
+                                       num_parallel=args.get("num_parallel", 1),
+                                       fit_limit_bytes=None if env.limit_bytes is None else fit_limit(env.limit_bytes))
+        if name == "quant":
+            return lambda: quant.run(env, model, num_ctx=args.get("num_ctx", 2048))
+        if name == "backend":
+            return lambda: backend.run(env, model, args["knob"], args["value"], num_ctx=args.get("num_ctx", 2048),
+                                       old=args.get("old"), num_batch=args.get("num_batch", 512),
+                                       num_parallel=args.get("num_parallel", 1),
+                                       kv_cache_type=args.get("kv_cache_type", "f16"))
+        if name == "stability":
+            return lambda: stability.run(env, args["config"])
+        raise RuntimeError(f"the rules asked for an unknown probe {name!r}")
+
+    def _run(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult | None:
+        """The probe's result; None when the user stopped it. A probe that
+        breaks (the server went away, a model is missing, an unload never
+        finished) gives a failed result, and the session ends with what was
+        measured before it instead of losing everything."""
+        if self.journal is not None:
+            self.journal.append("probe_started", {"probe": label})
+        try:
+            return self.ui.run_probe(label, work, env)
+        except Cancelled:
+            return None
+        except ProbeError as exc:
+            self.broken = exc
+            return ProbeResult(label, ok=False, error=str(exc))
+
+    def _post_result(self, advisor: Advisor, step: dict, name: str, result: ProbeResult) -> dict:
+        if self.journal is not None:
+            self.journal.append("charts", {"charts": [c.to_dict() for c in result.charts]})
+        self.charts.extend(c.to_dict() for c in result.charts)
+        for fact in result.facts:
+            if fact["kind"] == "stability":
+                self.last_stability = fact
+        self._record(step, summary=_summary(result, self.lang), ok=result.ok, peak=_peak(result), wall_s=result.wall_s,
+                     notes=[str(n) for n in result.notes])
+        facts = [*result.facts, {"kind": "probe_done", "probe": name, "ok": result.ok, "error": result.error}]
+        if self.broken is not None:
+            facts.append({"kind": "stop", "reason": str(self.broken)})
+        next_step = advisor.post_many(facts)
+        # the rules' reading of each measurement, shown under the probe's own figures
+        read = advisor.readings()
+        posted = advisor.facts()[-len(facts):]
+        readings = [read[f["_seq"]] for f in posted
+                    if f["_seq"] in read and f["kind"] in MEASUREMENTS]
+        self.ui.show("probe_result", result=result, step=step, readings=readings)
+        return next_step
+
+    def _record(self, step: dict, **extra) -> None:
+        entry = {"n": len(self.steps) + 1, "action": step["action"]}
+        for key in ("probe", "question", "knob", "from", "to", "remedy"):
+            if key in step:
+                entry[key] = step[key]
+        entry.update({k: v for k, v in extra.items() if v is not None or k == "ok"})
+        if self.journal is not None:
+            self.journal.append("step", entry)
+        self.steps.append(entry)
+
+    # -- the end -------------------------------------------------------------
+    def _finish(self, advisor: Advisor, step: dict) -> Outcome:
+        found = advisor.diagnosis or {}
+        cause = found.get("cause") if found.get("cause") not in (None, "none") else step.get("cause")
+        diagnosis = {"cause": cause, "summary": t(f"ui.cause.{cause}", self.lang)}
+        config = step.get("config")
+        verified = bool(step.get("verified"))
+        fits = bool(step.get("fits", config is not None))
+        if step.get("advice"):
+            # the rules give what to do instead in both languages; the key stays for scripts
+            diagnosis["advice"] = step.get(f"advice_{self.lang}") or step.get("advice_en") or step["advice"]
+            diagnosis["advice_key"] = step["advice"]
+        facts = advisor.facts()
+        result = {
+            "tool": f"oomvet {__version__}",
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "host": self.world.host,
+            "world": self.world.kind,
+            "model": self.model,
+            "config": config,
+            "verified": verified,
+            "unverified": None if verified else step.get("unverified"),
+            "fits": fits,
+            "unmet": list(step.get("unmet") or []),
+            "diagnosis": diagnosis,
+            "server_env": _server_env(config),
+            "steps": self.steps,
+            "evidence": self._evidence(facts),
+            "facts": facts,
+            # the rules' reading of each fact, by its _seq: the verdicts the facts do not hold
+            "readings": [{"seq": seq, **reading} for seq, reading in sorted(advisor.readings().items())],
+            "why": advisor.why(),
+            "probes": self.charts,
+            "transcript": self.transcript.to_json(),
+            "lang": self.lang,
+        }
+        code = EXIT_OK if (verified and fits and config) else EXIT_NO_FIT
+        if isinstance(self.broken, ServerUnreachableError):
+            code = self.broken.exit_code
+        if self.journal is not None:
+            self.journal.finished(result, code)
+        self.ui.show("done", result=result)
+        return Outcome(result, code)
+
+    def _evidence(self, facts: list[dict]) -> dict:
+        device = next((f for f in facts if f["kind"] == "device"), {})
+        loads = [f for f in facts if f["kind"] == "load"]
+        readings = {}
+        if loads:
+            first = loads[0]
+            readings = {"idle": first.get("used_idle"), "after_load": first.get("used_after"),
+                        "settled": first.get("used_settled")}
+        peaks = [c["peak"] for c in self.charts if c.get("peak") is not None]
+        if peaks:
+            readings["peak"] = max(peaks)
+        return {"device": {k: device.get(k) for k in ("name", "vendor", "total", "source", "unified")},
+                "limit": self.world.limit.bytes, "limit_note": self.world.limit.note,
+                "readings": readings,
+                # the posted copy (with its _seq), so the report can show the rules' reading of it
+                "stability": next((f for f in reversed(facts) if f["kind"] == "stability"), self.last_stability)}
+
+
+def _server_env(config: dict | None) -> dict[str, str]:
+    """The server settings the step's config is measured with (none before a config)."""
+    return measured_server_env(config.get("max_concurrency"), config.get("kv_cache")) if config else {}
+
+
+def _peak(result: ProbeResult) -> int | None:
+    """The peak of what the probe reports on (a backend trial's new setting,
+    not its reference run), else of everything it sampled."""
+    peaks = [f["peak"] for f in result.facts if f.get("peak") is not None]
+    peaks = peaks or [c.peak_bytes for c in result.charts if c.peak_bytes is not None]
+    return max(peaks) if peaks else None
+
+
+def _summary(result: ProbeResult, lang: str) -> str:
+    peak = _peak(result)
+    text = t("session.ok" if result.ok else "session.failed", lang, name=result.name)
+    if peak is not None:
+        text += t("session.peak", lang, peak=fmt_size(peak))
+    if result.error:
+        text += f" — {result.error}"
+    return text
+
+
+MSG = catalog("session")

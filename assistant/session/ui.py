@@ -1,0 +1,386 @@
+"""The two faces of a session: the chat (a person at a terminal) and the
+unattended run (an answers file).
+
+Both implement the small UI protocol of :mod:`assistant.session.loop`. The chat
+draws with rich: questions, consent before each probe, a live memory gauge
+against the limit with a sparkline while a probe runs, and the slash
+commands. Ctrl-C during a probe stops that probe (the server is restored);
+a second Ctrl-C quits. Every line printed comes from the i18n catalog.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import replace
+from typing import Any, Callable, TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.progress_bar import ProgressBar
+from rich.text import Text
+
+from assistant.session import render
+from assistant.session.answers import Share, parse_answer, parse_yes_no
+from assistant.intake import Intake, without_budget
+from assistant.i18n import catalog, get_lang, set_lang, t
+from probes.base import Cancelled
+from probes.result import ProbeResult
+from probes.units import fmt_size
+
+MSG = catalog("ui")
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def _same_words(reason: str, question: str) -> bool:
+    """Whether the rule's reason only repeats the question (then it is not shown)."""
+    def squash(x: str) -> str:
+        return re.sub(r"[\W_]+", "", x.lower())
+    r, q = squash(reason), squash(question)
+    return not r or r in q or q in r
+
+
+class QuitSession(Exception):
+    """The user typed /quit or pressed Ctrl-C twice."""
+
+
+def sparkline(values: list[int], width: int = 40) -> str:
+    if not values:
+        return ""
+    values = values[-width:]
+    lo, hi = min(values), max(values)
+    span = hi - lo or 1
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in values)
+
+
+class AutoUI:
+    """Unattended: answers from the answers file, consent always, progress on stderr."""
+
+    def __init__(self, answers: dict | None = None, console: Console | None = None, quiet: bool = False):
+        self.answers = dict(answers or {})
+        self.console = console or Console(stderr=True)
+        self.quiet = quiet
+
+    def ask(self, question: str, reason: str) -> Any:
+        # the file was checked on loading; the session reads it like a typed answer
+        return self.answers.get(question)
+
+    def consent(self, step: dict) -> bool:
+        return True
+
+    def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
+        if self.quiet:
+            return work()
+        with self.console.status(t("ui.probe.running", name=label)):
+            return work()
+
+    def show(self, event: str, **data) -> None:
+        if self.quiet:
+            return
+        if event == "probe_result":
+            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()))
+        elif event == "done":
+            show_done(self.console, data["result"])
+
+
+def show_probe(console: Console, result: ProbeResult, session=None, readings=()) -> None:
+    """The probe's result in the session's language, the rules' reading of each
+    of its measurements, then the server's state in one line."""
+    console.print(render.probe_result(result, console.width, readings))
+    api = getattr(getattr(getattr(session, "world", None), "env", None), "api", None)
+    if api is not None:
+        try:
+            line = render.ps_line(api.ps())
+        except Exception as exc:  # noqa: BLE001 - a summary line; the session goes on
+            line = t("ps.failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        console.print(Text(line, style="dim"))
+
+
+def show_done(console: Console, result: dict) -> None:
+    cause = (result.get("diagnosis") or {}).get("cause")
+    console.print(Text(t(f"ui.cause.{cause}"), style="bold"))
+    config = result.get("config")
+    if config:
+        console.print(t("ui.config", model=config.get("model"), ctx=config.get("max_context_len"),
+                        batch=config.get("max_batch_size"), par=config.get("max_concurrency"),
+                        quant=config.get("quant_type"), kv=config.get("kv_cache"),
+                        verified=t("ui.verified") if result.get("verified") else t("ui.not_verified")),
+                      highlight=False, markup=False)
+    else:
+        console.print(t("ui.nothing_fits"))
+    advice = (result.get("diagnosis") or {}).get("advice")
+    if advice:
+        console.print(t("ui.advice", advice=advice), highlight=False, markup=False)
+
+
+class ChatUI:
+    """A person at a terminal (or, in tests, a stream of lines and a string console)."""
+
+    def __init__(self, console: Console, stream: TextIO | None = None, auto: bool = False, lang: str | None = None):
+        self.console = console
+        self.stream = stream
+        self.auto = auto
+        self.session = None
+        self.advisor = None
+        self.history: list[tuple[str, Any]] = []
+        self._tags: list[str] | None = None
+        if lang:
+            set_lang(lang)
+
+    def bind(self, session, advisor) -> None:
+        self.session, self.advisor = session, advisor
+
+    # -- input ---------------------------------------------------------------
+    def read(self, prompt: str) -> str:
+        """One line from the user; slash commands that do not answer are handled here."""
+        while True:
+            self.console.print(f"[bold cyan]{t('ui.prompt')}>[/] ", end="")
+            if self.stream is not None:
+                line = self.stream.readline()
+                if line == "":
+                    raise QuitSession()
+                line = line.rstrip("\n")
+                self.console.print(line, markup=False, highlight=False)
+            else:
+                try:
+                    line = input()
+                except EOFError:
+                    raise QuitSession() from None
+            if self.session is not None:
+                self.session.transcript.add_user(line)
+            handled = self._command(line.strip())
+            if handled is None:
+                return line
+            if handled == "answer":
+                return line
+
+    def _command(self, line: str) -> str | None:
+        if not line.startswith("/"):
+            return None
+        cmd, _, arg = line.partition(" ")
+        if cmd == "/quit":
+            raise QuitSession()
+        if cmd == "/why":
+            self.show_why()
+        elif cmd == "/status":
+            self.show_status()
+        elif cmd == "/lang":
+            lang = arg.strip() or ("en" if get_lang() == "zh" else "zh")
+            if lang in ("en", "zh"):
+                set_lang(lang)
+                if self.session is not None:
+                    self.session.lang = lang
+            self.console.print(t("ui.lang"))
+        elif cmd in ("/skip", "/back"):
+            return "answer"
+        else:
+            self.console.print(t("ui.help"))
+        return "handled"
+
+    # -- UI protocol ---------------------------------------------------------
+    def ask(self, question: str, reason: str) -> Any:
+        key = f"ui.q.{question}"
+        try:
+            text = t(key)
+        except KeyError:
+            text = t("ui.q.other", question=question)
+        previous = list(self.history)
+        while True:
+            self.say(text)
+            if reason and not _same_words(reason, text):
+                self.console.print(Text(t("ui.reason", reason=reason), style="dim"))
+            line = self.read(text)
+            if line.strip() == "/skip":
+                self.console.print(t("ui.skipped"))
+                self.history.append((question, None))
+                return None
+            if line.strip() == "/back":
+                self.go_back(previous)
+                continue
+            try:
+                value = parse_answer(question, line, tags=self.tags())
+            except ValueError as exc:
+                self.console.print(t("ui.bad_answer", what=str(exc)))
+                continue
+            if isinstance(value, Intake) and "budget" in value.learned:
+                world = getattr(self.session, "world", None)
+                value = without_budget(value) if getattr(world, "budget", None) else self.confirmed_budget(value)
+            self.history.append((question, value))
+            return value
+
+    def confirmed_budget(self, intake: Intake) -> Intake:
+        """``intake`` with the budget only the learned reader took from the
+        message kept, replaced or dropped by the user (:meth:`confirm_budget`);
+        either way it is then the user's word, no longer a guess."""
+        answer = self.confirm_budget(intake.budget)
+        if isinstance(answer, Share):
+            return replace(without_budget(intake), budget_share=answer.fraction)
+        return replace(without_budget(intake), budget=answer)
+
+    def confirm_budget(self, guess: int) -> Any:
+        """A budget only the learned reader took from the message is a guess,
+        and it becomes the limit of every measurement: the user keeps it (Enter
+        or yes), drops it (no: the device's own total is the limit), or types
+        the right figure (bytes, or a :class:`Share`). ``--auto`` keeps it and says so."""
+        text = t("ui.budget_guess", v=fmt_size(guess))
+        if self.auto:
+            self.say(t("ui.budget_guess_auto", v=fmt_size(guess)))
+            return guess
+        while True:
+            self.say(text)
+            line = self.read(text).strip()
+            said = parse_yes_no(line)
+            if line == "" or said is True:
+                return guess
+            if said is False or line == "/skip":
+                return None
+            if line == "/back":
+                continue  # nothing before this question to go back to: it is asked again
+            try:
+                value = parse_answer("budget", line)
+            except ValueError as exc:
+                self.console.print(t("ui.bad_answer", what=str(exc)))
+                continue
+            if value:
+                return value
+            self.console.print(t("ui.bad_answer", what=t("answers.what.size")))
+
+    def tags(self, world=None) -> list[str] | None:
+        """The models the server has, to read a model name from an answer; None
+        when there is no server (yet) or it cannot say."""
+        world = world or getattr(self.session, "world", None)
+        api = getattr(getattr(world, "env", None), "api", None)
+        if api is None:
+            return None
+        if self._tags is None:
+            try:
+                self._tags = list(api.tags())
+            except Exception as exc:  # noqa: BLE001 - a name typed in full is still read without the list
+                self._tags = []
+                self.console.print(Text(t("ui.tags_failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__),
+                                        style="dim"))
+        return self._tags
+
+    def go_back(self, previous: list) -> None:
+        """Answer the previous question again; the rules take the newest answer."""
+        if not previous:
+            self.console.print(t("ui.back.none"))
+            return
+        question, _ = previous[-1]
+        value = self.ask(question, "")
+        if self.advisor is not None:
+            from assistant.session.answers import answer_facts  # the same reading the session posts
+            total = self.session.world.device_fact().get("total") if self.session is not None else None
+            self.advisor.post_many(answer_facts(question, value, device_total=total))
+
+    def consent(self, step: dict) -> bool:
+        if self.auto:
+            return True
+        if step["action"] == "change":
+            text = t("ui.consent.change", knob=step.get("knob"), old=step.get("from"), new=step.get("to"))
+        else:
+            model = (step.get("args") or {}).get("model") or (self.session.model if self.session else "")
+            text = t("ui.consent.probe", probe=step["probe"], model=model, what=t(f"ui.what.{step['probe']}"))
+        while True:
+            self.say(text)
+            line = self.read(text).strip().lower()
+            if line == "/back":
+                self.go_back(list(self.history))
+                continue
+            said = parse_yes_no(line)
+            if line == "" or said is True:
+                return True
+            if said is False or line == "/skip":
+                self.console.print(t("ui.skipped"))
+                return False
+
+    def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
+        box: dict = {}
+        # an Event, not worker.is_alive(): on CPython 3.11-3.12 a join cut by Ctrl-C leaves
+        # the thread reading as finished while its probe still runs (and restores the server)
+        done = threading.Event()
+
+        def target():
+            try:
+                box["result"] = work()
+            except BaseException as exc:  # handed to the main thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=target, name=f"probe-{label}", daemon=True)
+        state = {"step": None}
+        old_progress = env.progress
+        env.progress = lambda event, data: state.__setitem__("step", data.get("step")) if event == "step" else None
+        env.cancel.clear()
+        worker.start()
+        interrupted = False
+        try:
+            with Live(self._panel(label, state, env), console=self.console, refresh_per_second=8,
+                      transient=True) as live:
+                while not done.is_set():
+                    try:
+                        done.wait(0.12)
+                        live.update(self._panel(label, state, env, stopping=interrupted))
+                    except KeyboardInterrupt:
+                        if interrupted:
+                            raise QuitSession() from None
+                        interrupted = True
+                        env.cancel.set()
+                        self.console.print(t("ui.probe.stopping"))
+        finally:
+            env.progress = old_progress
+        if "error" in box:
+            if isinstance(box["error"], Cancelled) or interrupted:
+                self.console.print(t("ui.probe.stopped"))
+                raise Cancelled("stopped by the user")
+            raise box["error"]
+        if interrupted:
+            self.console.print(t("ui.probe.stopped"))
+            raise Cancelled("stopped by the user")
+        return box["result"]
+
+    def _panel(self, label: str, state: dict, env, stopping: bool = False) -> Panel:
+        step = state.get("step")
+        limit = env.limit_bytes
+        used = peak = 0
+        values: list[int] = []
+        if step is not None:
+            values = [max(0, u - step.idle_bytes) for _, u in step.sampler.timeline]
+            used = values[-1] if values else 0
+            peak = step.peak
+        bar = ProgressBar(total=float(limit or max(peak, 1)), completed=float(min(used, limit or used)), width=40)
+        text = Text(t("ui.gauge", used=fmt_size(used), limit=fmt_size(limit), peak=fmt_size(peak)))
+        title = t("ui.probe.stopping") if stopping else t("ui.probe.running", name=label)
+        return Panel(Group(Text(step.name if step else label, style="bold"), bar, text,
+                           Text(sparkline(values), style="green")), title=title, title_align="left")
+
+    def show(self, event: str, **data) -> None:
+        if event == "probe_result":
+            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()))
+        elif event == "done":
+            show_done(self.console, data["result"])
+
+    # -- helpers ---------------------------------------------------------------
+    def say(self, text: str) -> None:
+        self.console.print(Text("oomvet> ", style="bold magenta") + Text(text))
+        if self.session is not None:
+            self.session.transcript.add_assistant(text)
+
+    def show_why(self) -> None:
+        chain = self.advisor.why() if self.advisor is not None else []
+        if not chain:
+            self.console.print(t("ui.why.empty"))
+            return
+        self.console.print(Text(t("ui.why.title"), style="bold"))
+        for line in render.why_lines(chain, get_lang()):
+            self.console.print(Text(line))
+
+    def show_status(self) -> None:
+        s = self.session
+        if s is None:
+            return
+        last = s.steps[-1].get("summary") if s.steps else "—"
+        self.console.print(t("ui.status", model=s.model, limit=fmt_size(s.world.limit.bytes), steps=len(s.steps),
+                             last=last), highlight=False, markup=False)
