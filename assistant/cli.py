@@ -50,12 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["chat", *argv]
-    args = parser.parse_args(argv)  # argparse exits 2 with one usage line on bad flags
-    args.argv = argv  # journalled, so `oomvet resume` can run the same command again
-    if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+    parser.set_defaults(argv=argv)  # journalled, so `oomvet resume` can run the same command again
     try:
+        # argparse exits 2 with one usage line on bad flags; a flag's own type
+        # (--budget) raises our UsageError, shown below as one line
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
         return int(args.run(args) or 0)
     except RulesUnavailable as exc:
         print(f"oomvet: {exc}", file=sys.stderr)

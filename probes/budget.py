@@ -27,18 +27,46 @@ _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*%\s*$")
 _HELP = "use a size like 6GiB, 600MiB, 7.5G, or a share of the device like 80%"
 
 
+#: where a budget came from (``Budget.origin``), so a note names it as the user gave it
+FLAG, ANSWERS, MESSAGE = "--budget", "answers", "message"
+
+#: how a note names a budget: the user's own text and where it was given. A
+#: budget read from a message has no one span to quote (it may follow from
+#: "8G, 3G of it taken"), so its size stands in the note beside the source.
+_SAID = {
+    (FLAG, "en"): "--budget {text}", (FLAG, "zh"): "--budget {text}",
+    (ANSWERS, "en"): "budget: {text} in the answers file", (ANSWERS, "zh"): "答案文件中的 budget: {text}",
+    (MESSAGE, "en"): "your message", (MESSAGE, "zh"): "你的消息",
+    ("message-share", "en"): "{text} in your message", ("message-share", "zh"): "你消息里的 {text}",
+}
+
+
 @dataclass(frozen=True)
 class Budget:
+    """A budget parsed once, where it entered: ``--budget``, the answers file
+    or the user's words; carried typed to the world and the probes."""
+
     bytes: int | None         # a size budget
     fraction: float | None    # a share of the device total (0 < f <= 1)
-    text: str                 # as the user wrote it
+    text: str                 # as the user wrote it (a message's budget: its size, or its share)
+    origin: str = FLAG        # FLAG, ANSWERS or MESSAGE
+
+    def __str__(self) -> str:
+        # what the journal and the devices report keep: the budget as the user gave it
+        return self.text
+
+    def said(self, lang: str = "en") -> str:
+        """The budget as the user gave it, and where: "--budget 6GiB",
+        "budget: 6GiB in the answers file", "your message"."""
+        origin = "message-share" if self.origin == MESSAGE and self.fraction is not None else self.origin
+        return _SAID[origin, "zh" if lang == "zh" else "en"].format(text=self.text)
 
     def bytes_for(self, total_bytes: int | None) -> int:
         """The budget in bytes on a device with this total."""
         if self.bytes is not None:
             return self.bytes
         if total_bytes is None:
-            raise ProbeError(f"--budget {self.text}: the memory source does not report the "
+            raise ProbeError(f"{self.said()}: the memory source does not report the "
                              "device total, so a share cannot be computed",
                              hint="give a size instead, e.g. --budget 6GiB")
         return int(total_bytes * self.fraction)
@@ -123,18 +151,19 @@ def resolve_limit(budget: Budget | None, info: DeviceInfo, reading: Reading, *,
     where_zh = "主机" if host else info.name
     if budget is not None:
         b = budget.bytes_for(total)
+        said_en, said_zh = budget.said("en"), budget.said("zh")
         if can_give is None or b <= can_give:
             give_en = (f"the host has {fmt_size(can_give)} available" if host
                        else f"{info.name} can give {fmt_size(can_give)}")
             return limit(b, "budget",
-                         f"{fmt_size(b)} from --budget {budget.text} ({give_en})",
-                         f"{fmt_size(b)}，来自 --budget {budget.text}（{where_zh}可用 {fmt_size(can_give)}）",
+                         f"{fmt_size(b)} from {said_en} ({give_en})",
+                         f"{fmt_size(b)}，来自{_after_cjk(said_zh)}（{where_zh}可用 {fmt_size(can_give)}）",
                          b)
         src = "host-available" if host else "device"
         return limit(can_give, src,
-                     f"--budget {budget.text} ({fmt_size(b)}) is more than {where_en} can give; "
+                     f"{said_en} ({fmt_size(b)}) is more than {where_en} can give; "
                      f"the limit is {fmt_size(can_give)}",
-                     f"--budget {budget.text}（{fmt_size(b)}）超过了{where_zh}能提供的内存；"
+                     f"{said_zh}（{fmt_size(b)}）超过了{where_zh}能提供的内存；"
                      f"上限为 {fmt_size(can_give)}",
                      b)
     if can_give is None:
@@ -155,6 +184,11 @@ def resolve_limit(budget: Budget | None, info: DeviceInfo, reading: Reading, *,
                  f"of {fmt_size(total)}",
                  f"未指定 --budget：上限为 {info.name} 能提供的 {fmt_size(can_give)}"
                  f"（共 {fmt_size(total)}）")
+
+
+def _after_cjk(phrase: str) -> str:
+    """``phrase`` to follow Chinese text: a space before Latin ("来自 --budget"), none before Chinese."""
+    return f" {phrase}" if phrase[:1].isascii() else phrase
 
 
 def over_limit(used_bytes: int | None, limit: Limit) -> bool:

@@ -151,7 +151,7 @@ def test_diagnose_keeps_a_learned_budget_and_says_it_is_a_guess(tmp_path, capsys
     doc = yaml.safe_load((tmp_path / "out" / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "kv_cache"
     # held to it: 8 GiB is more than the 4060 can give beside its other processes
-    assert doc["evidence"]["limit_note"].startswith("--budget 8589934592 (8.00 GiB) is more than")
+    assert doc["evidence"]["limit_note"].startswith("your message (8.00 GiB) is more than")
 
 
 def test_diagnose_holds_every_measurement_to_a_budget_the_symptom_gave(tmp_path):

@@ -6,7 +6,6 @@ simulated NVML, wrapped where a test needs it to fail the way a lost GPU or
 a driver mismatch does (every call raises)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import yaml
@@ -15,15 +14,14 @@ from assistant.files.deliver import deliver
 from assistant.intake import parse as parse_intake
 from assistant.session.loop import Session
 from assistant.session.ui import AutoUI
-from assistant.session.world import open_world
+from assistant.session.world import WorldOptions, open_world
 from probes.ollama_api import Ollama
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 
-def _args(scenario: str, budget: str | None = None) -> argparse.Namespace:
-    return argparse.Namespace(simulate=str(SCENARIOS / scenario), rig=False, host=None, budget=budget,
-                              memory_source=None, timeout=120.0, hz=20.0)
+def _world(scenario: str) -> WorldOptions:
+    return WorldOptions(simulate=str(SCENARIOS / scenario), timeout_s=120.0)
 
 
 class LostGpu:
@@ -78,7 +76,7 @@ def _answers(name: str) -> dict:
 
 def test_a_memory_source_that_fails_every_reading_verifies_nothing(tmp_path):
     answers = _answers("kv_cache")
-    with open_world(_args("kv_cache.yaml"), log=lambda m: None) as world:
+    with open_world(_world("kv_cache.yaml"), log=lambda m: None) as world:
         lost = LostGpu(world.env.reader)
         world.env.reader = lost
         outcome = _session(world, answers).run()
@@ -96,7 +94,7 @@ def test_a_memory_source_that_fails_every_reading_verifies_nothing(tmp_path):
 
 def test_a_server_that_goes_away_mid_session_writes_what_was_measured(tmp_path):
     answers = _answers("kv_cache")
-    with open_world(_args("kv_cache.yaml"), log=lambda m: None) as world:
+    with open_world(_world("kv_cache.yaml"), log=lambda m: None) as world:
         host = world.env.api.host
         outcome = _session(world, answers, ServerGoesAway(answers, world, after=1)).run()
         Ollama(host).version()  # the simulator itself still runs: only our URL went dead
@@ -113,7 +111,7 @@ def test_a_server_that_goes_away_mid_session_writes_what_was_measured(tmp_path):
 
 def test_a_measured_session_on_the_same_scenario_is_verified():
     answers = _answers("kv_cache")
-    with open_world(_args("kv_cache.yaml"), log=lambda m: None) as world:
+    with open_world(_world("kv_cache.yaml"), log=lambda m: None) as world:
         outcome = _session(world, answers).run()
     assert outcome.exit_code == 0, outcome.result["unverified"]
     assert outcome.result["verified"] is True and outcome.result["unverified"] is None
@@ -135,7 +133,7 @@ def test_a_url_no_ollama_of_this_machine_serves_is_not_local():
 def test_a_server_elsewhere_is_read_from_its_own_api_ps_and_marked_blind():
     from assistant.session.world import remote_selection
 
-    with open_world(_args("kv_cache.yaml"), log=lambda m: None) as world:
+    with open_world(_world("kv_cache.yaml"), log=lambda m: None) as world:
         selection = remote_selection(world.host)
         assert selection.reader.name == "ollama-ps" and selection.why_code == "remote"
         assert selection.reader.read().used_bytes == 0  # nothing loaded: the server reports nothing held

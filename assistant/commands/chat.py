@@ -15,7 +15,7 @@ from assistant.i18n import catalog, set_lang, t
 from assistant.intake import parse as parse_intake
 from assistant.intake import learned
 from assistant.session.loop import Session
-from assistant.session.args import add_session_args, budget_from_words, settle_s
+from assistant.session.args import SessionOptions, add_session_args
 from assistant.session.ui import ChatUI, QuitSession
 from assistant.session.world import open_world
 
@@ -37,9 +37,10 @@ def add_parser(sub) -> None:
 
 def run(args, console: Console | None = None, stream=None) -> int:
     console = console or Console()
+    options = SessionOptions.from_args(args)
     if args.lang:
         set_lang(args.lang)
-    check_out_dir(args.out)  # refused before the conversation, not after the measurements
+    check_out_dir(options.out)  # refused before the conversation, not after the measurements
     ui = ChatUI(console, stream=stream, auto=args.auto, lang=args.lang)
     console.print(Text(t("chat.hello"), style="bold"))
     learned.warm_up()  # fitted while the user types the first message
@@ -47,21 +48,21 @@ def run(args, console: Console | None = None, stream=None) -> int:
         first = ui.read("")
         intake = parse_intake(first)
         if args.llm:
-            intake = _with_llm(intake, first, args, console)
+            intake = _with_llm(intake, first, args, options, console)
         lang = set_lang(args.lang or intake.lang)
-        if not args.budget and "budget" in intake.learned:
+        if options.budget is None and "budget" in intake.learned:
             intake = ui.confirmed_budget(intake)
-        budget_from_words(args, intake)
-        with open_world(args, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
+        options = options.with_words(intake)
+        with open_world(options.world, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
             intake = _with_server_names(intake, first, world, ui)
             ui.say(_heard(intake))
             model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
-            settle = settle_s(args, world)
+            settle = options.settle_for(world)
             session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle)
             session.transcript.add_user(first)
             outcome = session.run()
-        doc, paths = deliver(args.out, outcome.result)
-        console.print(t("chat.wrote", n=len(paths), out=args.out, names=", ".join(p.name for p in paths)),
+        doc, paths = deliver(options.out, outcome.result)
+        console.print(t("chat.wrote", n=len(paths), out=options.out, names=", ".join(p.name for p in paths)),
                       highlight=False, markup=False)
         return outcome.exit_code
     except (QuitSession, KeyboardInterrupt):
@@ -100,13 +101,13 @@ def _size(n):
     return fmt_size(n) if n else None
 
 
-def _with_llm(intake, text, args, console):
+def _with_llm(intake, text, args, options, console):
     """The helper model's reading combined with the parser's, said in one line;
     then the helper is unloaded from the server about to be measured."""
     from assistant.commands.intake import with_llm
     from assistant.session.world import host_from
 
-    host = args.llm_host or host_from(args)
+    host = args.llm_host or host_from(options.world)
     combined, report = with_llm(intake, text, args.llm, host)
     if report["error"]:
         console.print(t("chat.llm_failed", model=args.llm, error=report["error"]), highlight=False, markup=False)

@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from assistant.i18n import catalog, get_lang, set_lang, t
-from probes.budget import parse_budget, resolve_limit
+from probes.budget import resolve_limit
 from probes.errors import ProbeError, ServerUnreachableError
-from assistant.session.world import add_world_args, host_from, open_world
+from assistant.session.world import WorldOptions, add_world_args, host_from, open_world
 from probes.memory import SOURCE_ORDER, fetch_ps, ollama_estimate, select_reader
 from probes.memory.ollama_ps import LABEL
 from probes.units import fmt_size
@@ -44,12 +44,13 @@ def run(args) -> int:
     if getattr(args, "lang", None):
         set_lang(args.lang)
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731  (the rig's progress; stdout stays JSON)
+    options = WorldOptions.from_args(args)
     try:
-        report = _world_report(args, log)
+        report = _world_report(options, log)
     except ServerUnreachableError:
-        if args.rig or args.simulate:
+        if options.rig or options.simulate:
             raise
-        report = _local_report(args)  # no server: what this machine has is still worth showing
+        report = _local_report(options)  # no server: what this machine has is still worth showing
     if args.json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")
     else:
@@ -57,19 +58,18 @@ def run(args) -> int:
     return 0
 
 
-def _world_report(args, log) -> dict:
+def _world_report(options: WorldOptions, log) -> dict:
     """The memory source, limit and server exactly as a diagnosis would see them."""
-    with open_world(args, log=log) as world:
+    with open_world(options, log=log) as world:
         ps = fetch_ps(world.host)
         return build_report(world.selection, budget=world.budget, limit=world.limit, ps_models=ps,
                             ollama_host=world.host, server=world.server_fact)
 
 
-def _local_report(args) -> dict:
-    budget = parse_budget(args.budget) if args.budget is not None else None
-    selection = select_reader(args.memory_source)
+def _local_report(options: WorldOptions) -> dict:
+    selection = select_reader(options.memory_source)
     try:
-        return build_report(selection, budget=budget, ps_models=None, ollama_host=host_from(args))
+        return build_report(selection, budget=options.budget, ps_models=None, ollama_host=host_from(options))
     finally:
         selection.reader.close()
 

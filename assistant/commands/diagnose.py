@@ -18,7 +18,7 @@ from assistant.i18n import catalog, set_lang, t
 from assistant.journal.store import open_log, tracking
 from assistant.intake import parse as parse_intake
 from assistant.session.loop import Session
-from assistant.session.args import add_session_args, budget_from_words, settle_s
+from assistant.session.args import SessionOptions, add_session_args
 from assistant.session.ui import AutoUI
 from assistant.session.world import open_world
 from probes.units import fmt_size
@@ -38,39 +38,39 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args, *, resume_log=None) -> int:
+    """``resume_log``: the journal's log of a cut session that ``oomvet resume`` runs on."""
     answers = load_answers(args.answers)
+    options = SessionOptions.from_args(args, answers=answers, resume_log=resume_log)
     lang = set_lang(args.lang or answers.get("lang"))
-    if not args.budget and answers.get("budget") is not None:
-        args.budget = str(answers["budget"])
     model = args.model or answers.get("model")
     if not model:
         from assistant.errors import UsageError
         raise UsageError(t("diagnose.model"))
-    check_out_dir(args.out)  # a folder the files cannot go to is refused before minutes of measuring
+    check_out_dir(options.out)  # a folder the files cannot go to is refused before minutes of measuring
     err = Console(stderr=True)
     ui = AutoUI(answers, console=err, quiet=False)
     intake = parse_intake(answers.get("symptom") or "")
-    if not args.budget and "budget" in intake.learned:  # unattended, as chat --auto: kept, and said to be a guess
+    if options.budget is None and "budget" in intake.learned:  # unattended, as chat --auto: kept, and said to be a guess
         err.print(t("ui.budget_guess_auto", v=fmt_size(intake.budget)), highlight=False, markup=False)
-    budget_from_words(args, intake)  # after --budget and the answers file's budget
-    with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
-        settle = settle_s(args, world)
-        log = open_log(args, world, model=model, lang=lang, settle_s=settle, answers=answers)
+    options = options.with_words(intake)  # after --budget and the answers file's budget
+    with open_world(options.world, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
+        settle = options.settle_for(world)
+        log = open_log(options, world, model=model, lang=lang, settle_s=settle, answers=answers)
         session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle,
                           answers=answers, journal=log)
         if answers.get("symptom"):
             session.transcript.add_user(answers["symptom"])
         with tracking(log):
             outcome = session.run()
-    doc, paths = log.deliver(args.out, outcome.result)
-    err.print(t("diagnose.wrote", n=len(paths), out=args.out, names=", ".join(p.name for p in paths)),
+    doc, paths = log.deliver(options.out, outcome.result)
+    err.print(t("diagnose.wrote", n=len(paths), out=options.out, names=", ".join(p.name for p in paths)),
               highlight=False, markup=False)
     if args.json:
         payload = {"diagnosis": outcome.result["diagnosis"], "config": outcome.result["config"],
                    "verified": outcome.result["verified"], "unverified": outcome.result["unverified"],
                    "fits": outcome.result["fits"], "unmet": outcome.result["unmet"],
-                   "steps": outcome.result["steps"], "out": str(args.out),
+                   "steps": outcome.result["steps"], "out": str(options.out),
                    "files": [str(p) for p in paths]}
         sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False) + "\n")
     return outcome.exit_code

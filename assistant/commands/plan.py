@@ -18,7 +18,7 @@ from rich.table import Table
 
 from assistant.errors import UsageError
 from assistant.i18n import catalog, t
-from assistant.session.world import add_world_args, open_world, require_model
+from assistant.session.world import WorldOptions, add_world_args, open_world, require_model
 from probes import memmodel, predict
 from probes.units import SizeError, fmt_size, parse_size
 from rules.thresholds import fit_limit
@@ -109,7 +109,7 @@ def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None =
 def run(args) -> int:
     model = require_model(args)
     ctx, parallel, kv, vram = _arguments(args)  # bad input is refused before any server starts
-    with open_world(args) as world:
+    with open_world(WorldOptions.from_args(args)) as world:
         device = world.selection.reader.info()
         if vram is not None:
             card, planned = vram, _Card("nvidia", vram)   # a GPU of that size: its VRAM sets the default

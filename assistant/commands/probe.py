@@ -14,7 +14,7 @@ from rich.console import Console
 from assistant.session import render
 from assistant.i18n import catalog, get_lang, set_lang, t
 from assistant.session.args import settle_s
-from assistant.session.world import add_world_args, open_world, require_model
+from assistant.session.world import WorldOptions, add_world_args, open_world, require_model
 from probes import backend, baseline, context, quant, stability
 from rules.engine import read_measurements
 from rules.facts import MEASUREMENTS
@@ -55,14 +55,15 @@ def run(args) -> int:
     if args.name == "backend" and (args.knob is None or args.value is None):
         from assistant.errors import UsageError
         raise UsageError(t("probe.knob_needed"))
+    value = args.value
     if args.name == "backend" and args.knob != "kv_cache_type":
-        args.value = _positive_int(args.value)  # bad input is refused before anything is measured
-    with open_world(args, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
+        value = _positive_int(value)  # bad input is refused before anything is measured
+    with open_world(WorldOptions.from_args(args), log=lambda m: err.print(m, markup=False, highlight=False)) as world:
         if not args.json:
             err.print(t("probe.source", source=world.selection.reader.name, why=world.selection.why))
             err.print(t("probe.limit", limit=fmt_size(world.limit.bytes), note=world.limit.note))
             err.print(t("probe.running", name=args.name, model=model, where=world.host))
-        result = _dispatch(args, world, model)
+        result = _dispatch(args, world, model, value)
         readings = read_result(args.name, result, world.limit.bytes, world.env.on_gpu)
         payload = {"probe": args.name, "model": model, "host": world.host, "limit": world.limit.bytes,
                    "memory_source": world.selection.reader.name, "device": world.device_fact(),
@@ -94,11 +95,11 @@ def read_result(name: str, result, limit: int | None, on_gpu: bool) -> list[dict
 NO_LIMIT = 1 << 62
 
 
-def _dispatch(args, world, model):
+def _dispatch(args, world, model, value):
     env = world.env
     if args.name == "baseline":
         return baseline.run(env, model, num_ctx=args.num_ctx, num_batch=args.num_batch,
-                            settle_s=settle_s(args, world))
+                            settle_s=settle_s(args.settle, world))
     if args.name == "context":
         tiers = [int(x) for x in args.tiers.split(",")] if args.tiers else None
         return context.run(env, model, tiers=tiers, want_ctx=args.want_ctx, num_batch=args.num_batch,
@@ -106,7 +107,7 @@ def _dispatch(args, world, model):
     if args.name == "quant":
         return quant.run(env, model, num_ctx=args.num_ctx, allow_pull=args.allow_pull)
     if args.name == "backend":
-        return backend.run(env, model, args.knob, args.value, num_ctx=args.num_ctx, num_batch=args.num_batch)
+        return backend.run(env, model, args.knob, value, num_ctx=args.num_ctx, num_batch=args.num_batch)
     config = {"model": model, "max_context_len": args.num_ctx, "max_batch_size": args.num_batch,
               "max_concurrency": 1}
     return stability.run(env, config, num_predict=args.num_predict)

@@ -79,9 +79,7 @@ def run_resume(args) -> int:
         if info.get("command") != "diagnose" or not argv:
             raise UsageError(t("journal.cannot_resume", sid=log.id, command=info.get("command") or "?"))
         again = _diagnose_parser().parse_args(argv)
-        again.argv = argv
-        again.resume_log = log
-        return int(again.run(again) or 0)
+        return int(diagnose.run(again, resume_log=log) or 0)
 
 
 def run_report(args) -> int:

@@ -124,14 +124,16 @@ def _alive(pid: int | None) -> bool:
 
 # -- the commands' side: opening a session's log, keeping its state ----------
 
-def open_log(args, world, **info: Any) -> SessionLog:
-    """The log for this run: a new session, or (``oomvet resume``) the one
-    being resumed, after putting back what its cut run left changed."""
-    log = getattr(args, "resume_log", None)
+def open_log(options, world, **info: Any) -> SessionLog:
+    """The log for this run (``options``: the session's
+    :class:`assistant.session.args.SessionOptions`): a new session, or
+    (``oomvet resume``) the one being resumed, after putting back what its cut
+    run left changed."""
+    log = options.resume_log
     if log is None:
-        return Journal().begin({"argv": getattr(args, "argv", None), "command": getattr(args, "command", None),
-                                "host": world.host, "world": world.kind, "out": str(getattr(args, "out", "")),
-                                **info})
+        argv = None if options.argv is None else list(options.argv)
+        return Journal().begin({"argv": argv, "command": options.command, "host": world.host,
+                                "world": world.kind, "out": str(options.out), **info})
     log.append("resumed", {"host": world.host, "pid": os.getpid()})
     log.set_state("running")
     undo_cut_changes(log, world.env)

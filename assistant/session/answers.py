@@ -12,7 +12,8 @@ already-parsed values only (a share resolved against the device total by the
 session, which knows it). The answers file (YAML with the keys ``symptom``,
 ``want_ctx``, ``want_parallel``, ``keep_context``, ``budget``, ``lang``,
 ``model``) is checked here, once, with one clear line per problem, so
-``diagnose`` never starts measuring on a typo.
+``diagnose`` never starts measuring on a typo; its budget is read here into a
+:class:`probes.budget.Budget` that remembers the answers file as its source.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import yaml
 from assistant.errors import UsageError
 from assistant.i18n import catalog, t
 from assistant.intake import Intake, normalise_model, parse, size_of
+from probes.budget import ANSWERS, Budget
 from probes.units import SizeError, parse_size
 
 KEYS = ("symptom", "want_ctx", "want_parallel", "keep_context", "keep_concurrency", "budget", "lang", "model")
@@ -148,6 +150,8 @@ def answer_facts(question: str, value: Any, device_total: int | None = None, tag
     other field the same words carry ("I run qwen2.5:7b with 8k context" also
     answers the context). Values reach the rules parsed: a phase, a name, an
     int, bytes, a bool, or None (don't know)."""
+    if isinstance(value, Budget):  # the answers file's, read on loading
+        value = Share(value.fraction) if value.bytes is None else value.bytes
     if isinstance(value, str) or value is not None and not isinstance(value, (int, float, bool, Share, Intake)):
         try:
             value = parse_answer(question, value, tags=tags)
@@ -212,8 +216,11 @@ def _checked(path: Path, key: str, value: Any) -> Any:
             parsed = parse_answer(key, str(value))
         except ValueError:
             raise bad() from None
-        if key == "budget":
-            return str(value)  # checked here; kept as written (6GiB, 80%)
+        if key == "budget":  # as written (6GiB, 80%), for the notes to show
+            text = str(value).strip()
+            if isinstance(parsed, Share):
+                return Budget(None, parsed.fraction, text, ANSWERS)
+            return Budget(int(parsed), None, text, ANSWERS)
         if not isinstance(parsed, int) or parsed <= 0:
             raise bad(parsed)
         return parsed

@@ -4,8 +4,10 @@ source, which limit.
 Three worlds, one shape: a user's own Ollama (``--host`` or ``OLLAMA_HOST``),
 the rig's real Ollama with the NeoHorse-1 stand-ins (``--rig``, the embedded
 default of the demo), or the GPU simulator (``--simulate SCENARIO``). Every
-command opens a :class:`World` and hands its :class:`probes.base.ProbeEnv`
-to the probes, which never learn which world they are in.
+command reads its world flags once into :class:`WorldOptions` (the budget
+already a :class:`probes.budget.Budget`), opens a :class:`World` from them
+and hands its :class:`probes.base.ProbeEnv` to the probes, which never learn
+which world they are in.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from assistant.errors import UsageError
 from assistant.i18n import catalog, t
 from probes.base import ProbeEnv
 from probes.budget import Budget, Limit, parse_budget, resolve_limit
+from probes.units import SizeError
 from probes.memory.select import Selection, select_reader
 from probes.ollama_api import Ollama
 from probes.serverinfo import read_server
@@ -41,7 +44,8 @@ def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = Fa
     where.add_argument("--simulate", metavar="SCENARIO", help="play a GPU + Ollama from a scenario file")
     parser.add_argument("--rig-version", metavar="V",
                         help="with --rig: 0.34.4 (current engine, default) or 0.11.4 (legacy); $OOMVET_RIG_VERSION")
-    parser.add_argument("--budget", help="memory cap for the model: 6GiB, 600MiB, 7.5G or 80%% of the device")
+    parser.add_argument("--budget", type=budget_arg,
+                        help="memory cap for the model: 6GiB, 600MiB, 7.5G or 80%% of the device")
     # no argparse choices: select_reader() refuses a wrong name with the reason
     # (e.g. why /api/ps is not a measurement), in one line
     parser.add_argument("--memory-source", metavar="NAME",
@@ -53,8 +57,39 @@ def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = Fa
                              "~/.ollama/logs/server.log on macOS; journalctl -u ollama on Linux when readable)")
 
 
-def host_from(args) -> str:
-    host = getattr(args, "host", None) or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+def budget_arg(text: str) -> Budget:
+    """``--budget``, parsed once as argparse reads it. A bad one is our usage
+    error (one line, exit 2), not argparse's ValueError, which would bury the
+    reason under a usage block."""
+    try:
+        return parse_budget(text)
+    except SizeError as exc:
+        raise UsageError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class WorldOptions:
+    """The world flags (:func:`add_world_args`) of one command, typed and read once."""
+
+    host: str | None = None
+    rig: bool = False
+    rig_version: str | None = None
+    simulate: str | None = None            # a scenario file
+    budget: Budget | None = None
+    memory_source: str | None = None
+    timeout_s: float = 900.0               # a probe gives up; also bounds each HTTP request
+    hz: float = 20.0                       # memory readings per second while sampling
+    server_log: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WorldOptions:
+        return cls(host=args.host, rig=args.rig, rig_version=args.rig_version, simulate=args.simulate,
+                   budget=args.budget, memory_source=args.memory_source, timeout_s=args.timeout, hz=args.hz,
+                   server_log=args.server_log)
+
+
+def host_from(options: WorldOptions) -> str:
+    host = options.host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
     if "://" not in host:
         host = f"http://{host}"
     return host.rstrip("/")
@@ -90,24 +125,26 @@ class World:
 
 
 @contextlib.contextmanager
-def open_world(args, log=None) -> Iterator[World]:
+def open_world(options: WorldOptions, log=None) -> Iterator[World]:
     """Start (or reach) the server, pick the memory source, resolve the limit;
     stop whatever was started on the way out, Ctrl-C included."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
+    budget = options.budget
+    # --timeout bounds each request too: a hung server (SIGSTOP) ends in one line, not a wait forever
+    http_timeout = options.timeout_s or 900.0
     with contextlib.ExitStack() as stack:
-        budget = parse_budget(args.budget) if getattr(args, "budget", None) is not None else None
         nvml_lib = smi_runner = None
         server_pid = None
-        if getattr(args, "simulate", None):
+        if options.simulate:
             import oomsim as sim
 
             from probes.serverlog import MemoryLog
 
-            handle = stack.enter_context(sim.start(args.simulate))
+            handle = stack.enter_context(sim.start(options.simulate))
             api, control, kind = Ollama(handle.host), handle.control, "simulated"
             nvml_lib, smi_runner = handle.nvml, handle.smi_runner
             server_log, log_why = MemoryLog(lambda: handle.state.log), "the simulator's log"
-        elif getattr(args, "rig", False):
+        elif options.rig:
             try:
                 from oomrig import Rig  # the test rig: the "rig" extra (gguf, numpy)
             except ModuleNotFoundError as exc:
@@ -118,15 +155,15 @@ def open_world(args, log=None) -> Iterator[World]:
                 raise DependencyError(t("world.no_rig", missing=exc.name)) from None
 
             rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}"),
-                                          version=getattr(args, "rig_version", None)))
-            api, control, kind = Ollama(rig.host, timeout_s=_http_timeout(args)), rig.server, "rig"
+                                          version=options.rig_version))
+            api, control, kind = Ollama(rig.host, timeout_s=http_timeout), rig.server, "rig"
             server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)
-            server_log, log_why = find_log(getattr(args, "server_log", None) or rig.server.log_path)
+            server_log, log_why = find_log(options.server_log or rig.server.log_path)
         else:
-            api, control, kind = Ollama(host_from(args), timeout_s=_http_timeout(args)), ForeignServer(), "ollama"
+            api, control, kind = Ollama(host_from(options), timeout_s=http_timeout), ForeignServer(), "ollama"
             server_pid = local_server(api.host)
-            server_log, log_why = find_log(getattr(args, "server_log", None)) \
-                if server_pid is not None or getattr(args, "server_log", None) else (None, "the server is elsewhere")
+            server_log, log_why = find_log(options.server_log) \
+                if server_pid is not None or options.server_log else (None, "the server is elsewhere")
         api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
         blind = None
         if server_pid == UNKNOWN_PID:
@@ -139,7 +176,7 @@ def open_world(args, log=None) -> Iterator[World]:
             log(t("world.blind", host=api.host))
             selection = remote_selection(api.host)
         else:
-            selection = select_reader(getattr(args, "memory_source", None), server_pid=server_pid,
+            selection = select_reader(options.memory_source, server_pid=server_pid,
                                       nvml_lib=nvml_lib, smi_runner=smi_runner)
         stack.callback(selection.reader.close)
         info = selection.reader.info()
@@ -147,7 +184,7 @@ def open_world(args, log=None) -> Iterator[World]:
         own = sum(m.size_vram_bytes for m in api.ps()) if info.vendor in ("nvidia", "amd") else None
         limit = resolve_limit(budget, info, selection.reader.read(), own_bytes=own)
         env = ProbeEnv(api=api, reader=selection.reader, limit_bytes=limit.bytes, device=info, control=control,
-                       hz=getattr(args, "hz", 20.0), timeout_s=getattr(args, "timeout", 900.0),
+                       hz=options.hz, timeout_s=options.timeout_s,
                        on_gpu=info.vendor in ("nvidia", "amd"), blind=blind)
         server = read_server(api.version, env=control.env() if control.can_restart() else None,
                              log=parse_log(server_log.read()) if server_log is not None else None,
@@ -156,11 +193,6 @@ def open_world(args, log=None) -> Iterator[World]:
         env.log = server_log
         yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind, server_fact=server,
                     server_log=server_log, log_why=log_why)
-
-
-def _http_timeout(args) -> float:
-    # --timeout bounds each request too: a hung server (SIGSTOP) ends in one line, not a wait forever
-    return float(getattr(args, "timeout", 900.0) or 900.0)
 
 
 def remote_selection(host: str) -> Selection:

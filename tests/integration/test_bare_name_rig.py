@@ -74,14 +74,14 @@ def test_the_chat_reads_a_name_in_the_message_as_the_tag_the_real_server_lists(r
     from assistant.cli import build_parser
     from assistant.intake import parse
     from assistant.session.ui import ChatUI
-    from assistant.session.world import open_world
+    from assistant.session.world import WorldOptions, open_world
 
     first = "用 Ollama 跑 NeoHorse-1，一加载就爆显存"
     guessed = parse(first)
     assert guessed.model == "neohorse-1" and "model" in guessed.weak
     args = build_parser().parse_args(["chat", "--host", rig.host, "--budget", "340MiB"])
     ui = ChatUI(Console(file=io.StringIO()), stream=io.StringIO(""), lang="zh")
-    with open_world(args, log=lambda m: None) as world:
+    with open_world(WorldOptions.from_args(args), log=lambda m: None) as world:
         read = cmd_chat._with_server_names(guessed, first, world, ui)
         tags = ui.tags(world)
     assert "neohorse-1:latest" in tags  # as the real server lists it
