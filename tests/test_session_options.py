@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from assistant.cli import build_parser, main
+from assistant.errors import UsageError
 from assistant.intake import parse as parse_intake
 from assistant.session.answers import answer_facts, load_answers
 from assistant.session.args import SessionOptions
@@ -105,6 +106,15 @@ def test_the_limit_note_names_a_budget_from_words_in_both_languages(words, en, z
     options = SessionOptions.from_args(build_parser().parse_args(["chat"])).with_words(parse_intake(words))
     limit = resolve_limit(options.budget, GPU, Reading(0.0, GiB, 8 * GiB, 7 * GiB))
     assert (limit.text("en"), limit.text("zh")) == (en, zh)
+
+
+@pytest.mark.parametrize("budget", ["-1G", "''", "lots"])
+def test_an_answers_file_budget_the_flag_would_refuse_is_refused_on_loading(tmp_path, budget):
+    answers = tmp_path / "answers.yaml"
+    answers.write_text(f"budget: {budget}\n")
+    with pytest.raises(UsageError) as caught:
+        load_answers(answers)
+    assert "budget = " in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_an_answers_file_budget_over_what_the_device_gives_is_named_as_written(tmp_path):

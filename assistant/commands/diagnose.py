@@ -40,8 +40,8 @@ def add_parser(sub) -> None:
 
 def run(args, *, resume_log=None) -> int:
     """``resume_log``: the journal's log of a cut session that ``oomvet resume`` runs on."""
-    answers = load_answers(args.answers)
-    options = SessionOptions.from_args(args, answers=answers, resume_log=resume_log)
+    options = SessionOptions.from_args(args, answers=load_answers(args.answers), resume_log=resume_log)
+    answers = options.answers
     lang = set_lang(args.lang or answers.get("lang"))
     model = args.model or answers.get("model")
     if not model:

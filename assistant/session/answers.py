@@ -210,13 +210,15 @@ def _checked(path: Path, key: str, value: Any) -> Any:
     if key in ("want_ctx", "want_parallel", "budget", *YES_NO_KEYS):
         if isinstance(value, bool) != (key in YES_NO_KEYS):
             raise bad()
+        if key == "budget" and str(value).strip().startswith("-"):
+            raise bad()  # the words' reader would take "-1G" for 1G; --budget refuses it too
         if key in YES_NO_KEYS:
             return value
         try:
             parsed = parse_answer(key, str(value))
         except ValueError:
             raise bad() from None
-        if key == "budget":  # as written (6GiB, 80%), for the notes to show
+        if key == "budget" and parsed is not None:  # as written (6GiB, 80%), for the notes to show
             text = str(value).strip()
             if isinstance(parsed, Share):
                 return Budget(None, parsed.fraction, text, ANSWERS)
