@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from importlib import resources
-from importlib.abc import Traversable
+from importlib.resources.abc import Traversable
 
 import yaml
 
