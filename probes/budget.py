@@ -12,15 +12,19 @@ budget there the limit is the host's available memory, and the note says so.
 
 Readings are device-level, so the limit is also expressed as a ceiling on a
 reading from the same source (``ceiling_bytes`` = others' usage + limit):
-a reading above it is an out-of-memory outcome like an error.
+a reading above it is an out-of-memory outcome like an error. The limit's
+note is a :class:`~probes.notes.Note` (``budget.*`` in the catalog), so the UI
+says it in the session's language.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from probes.errors import ProbeError
+from common.catalog import t
+from common.errors import ProbeError
 from probes.memory.base import DeviceInfo, Reading
+from probes.notes import Note
 from probes.units import SizeError, fmt_size, parse_size
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*%\s*$")
@@ -82,17 +86,20 @@ def parse_budget(text: str) -> Budget:
 class Limit:
     bytes: int                # what the model may use
     source: str               # "budget" | "device" | "host-available"
-    note: str                 # one line the UI shows (English)
-    note_zh: str = ""         # the same line in Chinese (probes cannot reach the i18n catalog)
+    note: str                 # one line the UI shows: a Note (English, with the key to say it in Chinese)
     device_bytes: int | None = None   # what the device can give (None: unknown)
     budget_bytes: int | None = None
     ceiling_bytes: int = 0    # a reading (same source) above this is over the limit
 
     def text(self, lang: str = "en") -> str:
-        return self.note_zh if lang == "zh" and self.note_zh else self.note
+        key = getattr(self.note, "key", None)
+        return t(key, lang, **self.note.values) if key is not None else str(self.note)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # --json readers (and `devices`) get the line in both languages
+        return {"bytes": self.bytes, "source": self.source, "note": str(self.note), "note_zh": self.text("zh"),
+                "device_bytes": self.device_bytes, "budget_bytes": self.budget_bytes,
+                "ceiling_bytes": self.ceiling_bytes}
 
 
 def resolve_limit(budget: Budget | None, info: DeviceInfo, reading: Reading, *,
@@ -116,45 +123,25 @@ def resolve_limit(budget: Budget | None, info: DeviceInfo, reading: Reading, *,
         can_give = max(can_give, 0)
     others = 0 if host else max((reading.used_bytes or 0) - own, 0)
 
-    def limit(nbytes: int, source: str, en: str, zh: str, budget_b=None) -> Limit:
-        return Limit(nbytes, source, en, zh, can_give, budget_b, others + nbytes)
+    def limit(nbytes: int, source: str, key: str, budget_b=None, **values) -> Limit:
+        note = Note(key, can_give=fmt_size(can_give), name=info.name, **values)
+        return Limit(nbytes, source, note, can_give, budget_b, others + nbytes)
 
-    where_en = "the host" if host else info.name
-    where_zh = "主机" if host else info.name
+    where = "host" if host else "device"
     if budget is not None:
         b = budget.bytes_for(total)
         if can_give is None or b <= can_give:
-            give_en = (f"the host has {fmt_size(can_give)} available" if host
-                       else f"{info.name} can give {fmt_size(can_give)}")
-            return limit(b, "budget",
-                         f"{fmt_size(b)} from --budget {budget.text} ({give_en})",
-                         f"{fmt_size(b)}，来自 --budget {budget.text}（{where_zh}可用 {fmt_size(can_give)}）",
-                         b)
-        src = "host-available" if host else "device"
-        return limit(can_give, src,
-                     f"--budget {budget.text} ({fmt_size(b)}) is more than {where_en} can give; "
-                     f"the limit is {fmt_size(can_give)}",
-                     f"--budget {budget.text}（{fmt_size(b)}）超过了{where_zh}能提供的内存；"
-                     f"上限为 {fmt_size(can_give)}",
-                     b)
+            return limit(b, "budget", f"budget.within_{where}", b, limit=fmt_size(b), text=budget.text)
+        return limit(can_give, "host-available" if host else "device", f"budget.over_{where}", b,
+                     budget=fmt_size(b), text=budget.text)
     if can_give is None:
         raise ProbeError(f"cannot tell how much memory {info.name} can give (its {info.source} "
                          "reading is n/a)", hint="pass --budget SIZE, e.g. --budget 6GiB")
     if host and info.unified:
-        return limit(can_give, "host-available",
-                     f"unified memory and no --budget: the limit is the system's available "
-                     f"memory, {fmt_size(can_give)}",
-                     f"统一内存且未指定 --budget：上限为系统可用内存 {fmt_size(can_give)}")
+        return limit(can_give, "host-available", "budget.unified")
     if host:
-        return limit(can_give, "host-available",
-                     f"no GPU and no --budget: the limit is the host's available memory, "
-                     f"{fmt_size(can_give)}",
-                     f"没有 GPU 且未指定 --budget：上限为主机可用内存 {fmt_size(can_give)}")
-    return limit(can_give, "device",
-                 f"no --budget: the limit is what {info.name} can give, {fmt_size(can_give)} "
-                 f"of {fmt_size(total)}",
-                 f"未指定 --budget：上限为 {info.name} 能提供的 {fmt_size(can_give)}"
-                 f"（共 {fmt_size(total)}）")
+        return limit(can_give, "host-available", "budget.host")
+    return limit(can_give, "device", "budget.device", total=fmt_size(total))
 
 
 def over_limit(used_bytes: int | None, limit: Limit) -> bool:

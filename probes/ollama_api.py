@@ -4,7 +4,7 @@ All traffic goes through the official ``ollama`` client; a raw request is
 used only where the client lacks the call (``/api/version``) or drops a field
 (``/api/show`` tensors). Server errors become small result values carrying
 Ollama's own error text, because an out-of-memory answer is a finding, not a
-crash; only an unreachable server is raised, as ServerUnreachableError.
+crash; only an unreachable server is raised, as ServerUnreachable.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import ollama
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from probes.deadline import Overdue, settle, within
-from probes.errors import ModelNotFoundError, ProbeError, ServerUnreachableError
+from common.errors import ModelNotFoundError, ProbeError, ServerUnreachable
 
 # one classifier for both engines' error texts (probes/oomtext.py); re-exported for callers
 # that still import it from here
@@ -127,7 +127,7 @@ class Ollama:
 
     # -- reading -------------------------------------------------------------
     def version(self) -> str:
-        """``curl HOST/api/version``; raises ServerUnreachableError."""
+        """``curl HOST/api/version``; raises ServerUnreachable."""
         return self._call(lambda: self.client._request_raw("GET", "/api/version").json()["version"])
 
     def tags(self) -> list[str]:
@@ -269,13 +269,13 @@ class Ollama:
         try:
             return within(fn, self.timeout_s, self._running)
         except Overdue:
-            raise ServerUnreachableError(f"the Ollama server at {self.host} did not finish a reply within "
+            raise ServerUnreachable(f"the Ollama server at {self.host} did not finish a reply within "
                                          f"{self.timeout_s:g} s (--timeout)") from None
         except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise ServerUnreachableError(f"no Ollama server answers at {self.host}",
+            raise ServerUnreachable(f"no Ollama server answers at {self.host}",
                                          hint="start it with `ollama serve`, or pass --host URL") from exc
         except httpx.TimeoutException as exc:  # a hung server (SIGSTOP, a stuck runner)
-            raise ServerUnreachableError(f"the Ollama server at {self.host} stopped answering "
+            raise ServerUnreachable(f"the Ollama server at {self.host} stopped answering "
                                          f"(no reply within its timeout: {type(exc).__name__})") from exc
         except (httpx.HTTPError, ValueError, TypeError, AttributeError, KeyError) as exc:
             # an answer that is not what Ollama sends (a proxy, a crash mid-reply):

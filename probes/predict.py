@@ -15,7 +15,7 @@ from typing import Callable
 import ollama
 
 from probes import memmodel
-from probes.errors import ModelNotFoundError, ProbeError
+from common.errors import ModelNotFoundError, ProbeError
 from probes.memmodel import Arch, Footprint
 
 

@@ -21,7 +21,7 @@ from probes.base import ProbeEnv, restoring
 from probes.evidence import spill_error
 from probes.result import ProbeResult, timed
 from probes.step import sampled
-from probes.errors import ModelNotFoundError, ProbeError
+from common.errors import ModelNotFoundError, ProbeError
 from probes.memmodel import bits_per_weight
 from probes.notes import Note
 from probes.texts import coherence_task

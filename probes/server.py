@@ -26,7 +26,7 @@ import httpx
 import psutil
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from probes.errors import ProbeError, ServerUnreachableError
+from common.errors import ProbeError, ServerUnreachable
 
 DEFAULT_PORT = 11434
 #: where Ollama listens unless told otherwise (``OLLAMA_HOST``)
@@ -78,13 +78,13 @@ def wait_until_up(host: str, timeout_s: float = 60.0, proc: subprocess.Popen | N
     return the version string."""
     def ask() -> str:
         if proc is not None and proc.poll() is not None:
-            raise ServerUnreachableError(f"ollama serve exited with code {proc.returncode} before answering")
+            raise ServerUnreachable(f"ollama serve exited with code {proc.returncode} before answering")
         resp = httpx.get(f"{host}/api/version", timeout=2)
         resp.raise_for_status()
         try:
             return str(resp.json()["version"])
         except (ValueError, KeyError, TypeError):  # something else listens there: waiting will not help
-            raise ServerUnreachableError(f"{host}/api/version did not answer as Ollama does: "
+            raise ServerUnreachable(f"{host}/api/version did not answer as Ollama does: "
                                          f"{resp.text[:80]!r}") from None
 
     try:
@@ -94,7 +94,7 @@ def wait_until_up(host: str, timeout_s: float = 60.0, proc: subprocess.Popen | N
                 return ask()
     except RetryError as exc:
         last = exc.last_attempt.exception()
-        raise ServerUnreachableError(f"ollama serve at {host} did not answer within {timeout_s:.0f}s ({last})") from None
+        raise ServerUnreachable(f"ollama serve at {host} did not answer within {timeout_s:.0f}s ({last})") from None
     raise AssertionError("unreachable")  # Retrying either returns or raises
 
 

@@ -97,16 +97,16 @@ def rig(request):
 @pytest.fixture(autouse=True)
 def _language_back_as_it_was():
     """A test that sets the session language (zh) must not leave it set for the next one."""
-    from assistant import i18n
+    from common import catalog
 
-    before = i18n._current["lang"]
+    before = catalog._current["lang"]
     yield
-    i18n._current["lang"] = before
+    catalog._current["lang"] = before
 
 
 @pytest.fixture
 def raise_errors(monkeypatch):
-    """Under test, let OomvetError propagate instead of being prettified, and
+    """Under test, let UserError propagate instead of being prettified, and
     a bug inside the intake parser surface instead of reading as "unknown"."""
     monkeypatch.setenv("OOMVET_RAISE", "1")
 

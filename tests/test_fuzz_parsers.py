@@ -1,9 +1,9 @@
 """Every parser a user or a server can feed, fed by hypothesis.
 
-The contract: an input is either accepted or refused with one clear line (an
-OomvetError / ProbeError, exit 2 at the CLI); never a traceback. Each test
-tallies inputs tried / accepted / clean errors / tracebacks per parser; with
-``OOMVET_FUZZ_TALLY=FILE`` the figures are written there as JSON.
+The contract: an input is either accepted or refused with one clear line (a
+UserError, a ProbeError included, exit 2 at the CLI); never a traceback. Each
+test tallies inputs tried / accepted / clean errors / tracebacks per parser;
+with ``OOMVET_FUZZ_TALLY=FILE`` the figures are written there as JSON.
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from assistant.errors import OomvetError
-from probes.errors import ProbeError
+from common.errors import UserError
 
 TALLY: dict[str, Counter] = defaultdict(Counter)
 FUZZ = settings(max_examples=int(os.environ.get("OOMVET_FUZZ_EXAMPLES", "300")), deadline=None,
@@ -41,7 +40,7 @@ def judge(parser: str, fn, *args, **kwargs):
     TALLY[parser]["tried"] += 1
     try:
         value = fn(*args, **kwargs)
-    except (OomvetError, ProbeError) as exc:
+    except UserError as exc:  # a ProbeError is one too
         if "\n" in str(exc) or not str(exc).strip():
             TALLY[parser]["tracebacks"] += 1
             raise AssertionError(f"{parser}: not one clear line: {str(exc)!r}") from exc

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from probes.errors import ServerUnreachableError
+from common.errors import ServerUnreachable
 from probes.memory.ollama_ps import LABEL, OllamaPsReader, fetch_ps, ollama_estimate
 
 GiB = 1 << 30
@@ -57,7 +57,7 @@ class FakeClient:
 def test_fetch_ps_reads_models_and_unreachable_is_exit_3():
     client = FakeClient([{"models": PS}, ConnectionError("[Errno 111] Connection refused")])
     assert [m["name"] for m in fetch_ps(client=client)] == ["neohorse-1:q8_0", "big:q4", "cpu-only"]
-    with pytest.raises(ServerUnreachableError) as err:
+    with pytest.raises(ServerUnreachable) as err:
         fetch_ps("http://127.0.0.1:9", client=client)
     assert err.value.exit_code == 3
 

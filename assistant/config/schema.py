@@ -15,7 +15,7 @@ import re
 from typing import Any, Mapping
 
 from assistant.config.knobs import KV_CACHE_TYPES, OLLAMA_ENV_VARS, OLLAMA_OPTIONS, VOCAB, env_is_on, env_text
-from assistant.i18n import t
+from common.catalog import t
 from rules.facts import CAUSES
 
 TOP_KEYS = VOCAB + ("verified", "unverified", "fits", "unmet", "ollama", "diagnosis", "steps", "evidence", "generated")

@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from assistant.errors import UsageError
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import UsageError
 from probes.base import ProbeEnv
 from probes.budget import Budget, Limit, parse_budget, resolve_limit
 from probes.memory.select import Selection, select_reader
@@ -26,9 +26,6 @@ from probes.serverinfo import read_server
 from probes.serverlog import find_log
 from probes.serverlog import parse as parse_log
 from probes.server import DEFAULT_HOST, ForeignServer
-
-
-MSG = catalog("world")
 
 
 def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = False) -> None:
@@ -113,7 +110,7 @@ def open_world(args, log=None) -> Iterator[World]:
             except ModuleNotFoundError as exc:
                 if exc.name not in ("oomrig", "gguf", "numpy"):
                     raise
-                from assistant.errors import DependencyError
+                from common.errors import DependencyError
 
                 raise DependencyError(t("world.no_rig", missing=exc.name)) from None
 
@@ -127,7 +124,7 @@ def open_world(args, log=None) -> Iterator[World]:
             server_pid = local_server(api.host)
             server_log, log_why = find_log(getattr(args, "server_log", None)) \
                 if server_pid is not None or getattr(args, "server_log", None) else (None, "the server is elsewhere")
-        api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
+        api.version()  # unreachable -> ServerUnreachable (exit 3) before anything else
         blind = None
         if server_pid == UNKNOWN_PID:
             log(t("world.cannot_see_listener"))

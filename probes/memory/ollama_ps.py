@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from probes.deadline import Overdue, within
-from probes.errors import ServerUnreachableError
+from common.errors import ServerUnreachable
 from probes.memory.base import DeviceInfo, ProcessUsage, Reading
 from probes.ollama_api import placement_of
 
@@ -81,18 +81,18 @@ def ollama_estimate(ps_models: Iterable[Any]) -> list[OllamaEstimate]:
 
 
 def fetch_ps(host: str | None = None, *, client: Any = None, timeout_s: float = 3.0) -> list[dict]:
-    """``/api/ps`` models as plain dicts. Raises ServerUnreachableError."""
+    """``/api/ps`` models as plain dicts. Raises ServerUnreachable."""
     try:
         if client is None:
             import ollama
             client = ollama.Client(host=host, timeout=timeout_s)
         response = within(client.ps, timeout_s)  # the whole reply, not each read: a drip ends too
     except Overdue:
-        raise ServerUnreachableError(f"Ollama at {host or 'the default Ollama host'} did not finish /api/ps "
+        raise ServerUnreachable(f"Ollama at {host or 'the default Ollama host'} did not finish /api/ps "
                                      f"within {timeout_s:g} s", hint="check the server, or pass --host") from None
     except Exception as exc:  # noqa: BLE001 - httpx/ollama errors vary by version
         where = host or "the default Ollama host"
-        raise ServerUnreachableError(f"Ollama at {where} did not answer /api/ps: {exc}",
+        raise ServerUnreachable(f"Ollama at {where} did not answer /api/ps: {exc}",
                                      hint="start it with `ollama serve`, or pass --host") from None
     models = response.get("models") if isinstance(response, dict) else getattr(response, "models", None)
     return [_as_dict(m) for m in models or []]
@@ -120,7 +120,7 @@ class OllamaPsReader:
     def probe(self) -> tuple[bool, str]:
         try:
             models = self._estimates()
-        except ServerUnreachableError as exc:
+        except ServerUnreachable as exc:
             return False, f"ollama-ps: {exc}"
         return True, f"ollama-ps: {len(models)} model(s) loaded ({LABEL}, not a measurement)"
 
@@ -130,7 +130,7 @@ class OllamaPsReader:
     def read(self) -> Reading:
         try:
             models = self._estimates()
-        except ServerUnreachableError:
+        except ServerUnreachable:
             return Reading(time.monotonic(), None, None, None)
         sizes = [m.size_bytes if self._field == "size" else m.size_vram_bytes for m in models]
         used = sum(sizes) if None not in sizes else None
