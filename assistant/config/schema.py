@@ -3,7 +3,7 @@
 The models say the shape: the keys of each section, each value's type and
 bounds. :func:`problems_of` validates a parsed doc against them and says each
 problem pydantic finds with a message from the catalog
-(``assistant/messages/config.yaml``) and the dotted path of its key, so the
+(``common/messages/assistant/config.yaml``) and the dotted path of its key, so the
 loader can put the line number in front. Each value's validator turns any error
 inside it into that value's one message, so one bad value gives one line. What
 no single value can say, that the values agree with each other and with the
