@@ -72,7 +72,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
         except ModelNotFoundError:
             if not allow_pull:
                 raise
-            env.api.client.pull(model)
+            env.api.pull(model)
             current = env.api.show(model)
         current_bits = _bits(current.quantization)
         tags = candidates if candidates is not None else env.api.siblings(model)

@@ -216,6 +216,6 @@ def test_settle_waits_for_a_request_the_caller_gave_up_on(upstream):
         api = Ollama(p.url, timeout_s=0.2)  # the /api/ps reply takes over a second here
         with pytest.raises(ServerUnreachable):
             api.ps()
-        assert api._running  # still being answered
+        assert api.in_flight()  # still being answered
         assert api.settle(0.0) is False  # no wait: it is still there
-        assert api.settle(5.0) is True and not api._running
+        assert api.settle(5.0) is True and not api.in_flight()

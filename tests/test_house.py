@@ -291,3 +291,48 @@ def test_only_the_catalog_reads_message_files():
         if name != CATALOG and uses_yaml and names_messages:
             readers.append(name)
     assert readers == []
+
+
+# -- one gateway to Ollama's HTTP API ------------------------------------------------------
+
+#: the only module that may import the ollama client or httpx (the LLM intake reader's
+#: langchain_ollama is another library, for a chat model, and stays outside this rule)
+GATEWAY = "probes.ollama_api"
+HTTP_LIBRARIES = ("httpx", "ollama")
+#: the client's and the gateway's private calls: used only on ``self``, inside the gateway
+PRIVATE_CALLS = ("_request_raw", "_call")
+#: source outside the packages that talks to servers too
+SCRIPTS = {f"{path.parent.name}.{path.stem}": path for folder in ("bench", "scripts")
+           for path in (ROOT / folder).glob("*.py")}
+
+
+def _http_imports(path: Path) -> set[str]:
+    return {name for name in _imports(path) if name.split(".")[0] in HTTP_LIBRARIES}
+
+
+def _private_calls(path: Path) -> list[str]:
+    """``x._call`` / ``x._request_raw`` on anything but ``self``, as ``line: text``."""
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Attribute) and node.attr in PRIVATE_CALLS
+            and not (isinstance(node.value, ast.Name) and node.value.id == "self")]
+
+
+def test_the_gateway_checks_see_an_http_import_and_a_reach_into_private_calls(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import httpx\nfrom ollama import Client\nimport langchain_ollama\n"
+                      "def f(api):\n    api._call(lambda: api.client._request_raw('GET', '/'))\n"
+                      "    return self._call(g)\n")
+    assert _http_imports(source) == {"httpx", "ollama", "ollama.Client"}
+    assert len(_private_calls(source)) == 2 and all(c.startswith("5: ") for c in _private_calls(source))
+
+
+def test_only_the_gateway_imports_the_ollama_client_or_httpx():
+    assert GATEWAY in MODULES and _http_imports(MODULES[GATEWAY])
+    offenders = {name: sorted(_http_imports(path)) for name, path in {**MODULES, **SCRIPTS}.items()
+                 if name != GATEWAY and _http_imports(path)}
+    assert offenders == {}
+
+
+def test_no_source_reaches_into_a_private_call_of_the_client_or_the_gateway():
+    offenders = {name: calls for name, path in {**MODULES, **SCRIPTS}.items() if (calls := _private_calls(path))}
+    assert offenders == {}
