@@ -133,6 +133,26 @@ def test_no_module_is_over_the_size_of_one_job():
     assert long == {}
 
 
+#: assistant/'s top level: the entry points, and a room (sub-package) for every job;
+#: a new module goes into the room whose job it does
+ASSISTANT_TOP = {"__init__.py", "__main__.py", "cli.py"}
+
+
+def test_assistant_is_rooms_not_loose_modules():
+    loose = sorted(p.name for p in (ROOT / "assistant").glob("*.py") if p.name not in ASSISTANT_TOP)
+    assert loose == [], f"put these into a room of assistant/ (commands/, session/, ...): {loose}"
+    rooms = sorted(p.name for p in (ROOT / "assistant").iterdir() if (p / "__init__.py").exists())
+    assert {"commands", "session", "intake", "journal", "report", "config", "files"} <= set(rooms)
+
+
+def test_every_command_module_is_registered_and_every_registered_one_is_a_command_module():
+    # the registry is the tuple in assistant/commands/__init__.py, not names in a string table
+    from assistant.commands import COMMANDS
+    files = {p.stem for p in (ROOT / "assistant" / "commands").glob("*.py") if p.stem != "__init__"}
+    assert {m.__name__.rpartition(".")[2] for m in COMMANDS} == files
+    assert all(callable(getattr(m, "add_parser", None)) for m in COMMANDS)
+
+
 def test_every_error_a_user_sees_has_one_root():
     import inspect
 
