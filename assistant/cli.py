@@ -14,20 +14,17 @@ import threading
 
 from assistant import __version__
 from assistant.commands import COMMANDS
-from assistant.errors import EXIT_USAGE
-from probes.errors import UserError
-from rules.engine import RulesUnavailable
+from common.catalog import pair
+from common.errors import ExitCode, UserError
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="oomvet",
-        description=(
-            "Find out why a local LLM served by Ollama runs out of GPU memory, "
-            "prove it with measurements, and leave with a verified config.\n"
-            "查明 Ollama 本地模型显存不足（OOM）的原因，用实测验证，并给出经过验证的配置。"
-        ),
-        epilog="With no command, starts the chat. Exit codes: 0 verified config, 1 no config fits, "
-               "2 bad usage or input, 3 server unreachable.",
+        description="\n".join(pair("cli.description")),
+        epilog=f"With no command, starts the chat. Exit codes: {ExitCode.OK:d} verified config, "
+               f"{ExitCode.NO_FIT:d} no config fits, {ExitCode.USAGE:d} bad usage or input, "
+               f"{ExitCode.UNREACHABLE:d} server unreachable.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"oomvet {__version__}")
@@ -57,12 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()
-            return EXIT_USAGE
-        return int(args.run(args) or 0)
-    except RulesUnavailable as exc:
-        print(f"oomvet: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except UserError as exc:
+            return ExitCode.USAGE
+        return int(args.run(args) or ExitCode.OK)
+    except UserError as exc:  # every room's, the rules' RulesUnavailable included
         if os.environ.get("OOMVET_RAISE"):  # tests: see the real exception
             raise
         print(f"oomvet: {exc}", file=sys.stderr)
@@ -70,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("oomvet: interrupted / 已中断", file=sys.stderr)
-        return 130
+        print("oomvet: " + " / ".join(pair("cli.interrupted")), file=sys.stderr)
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -148,7 +148,7 @@ def main() -> int:
                          "machine); the spike part needs the host source and runs only with it")
     args = ap.parse_args()
     if args.source != "host":
-        from probes.errors import ProbeError
+        from common.errors import ProbeError
         from probes.memory.select import select_reader
         try:
             select_reader(args.source).reader.close()

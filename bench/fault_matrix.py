@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from common.errors import ExitCode  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402
 from oomrig import Rig  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
@@ -36,7 +37,7 @@ MODEL = "neohorse-1:q8_0"
 # budget gives the limit (the server's own /api/ps has no device total)
 ANSWERS = {"symptom": f"{MODEL} runs out of memory with long prompts", "want_ctx": 4096, "lang": "en",
            "budget": "2GiB"}
-EXIT_CODES = {0, 1, 2, 3, 130}
+EXIT_CODES = set(ExitCode)
 
 # the weights path (F16 over the budget at load, so the quant probe runs), as the README demo
 WEIGHTS_MODEL = "neohorse-1:f16"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 
 CURRENT_VERSION = "0.34.4"
 LEGACY_VERSION = "0.11.4"

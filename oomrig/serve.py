@@ -8,31 +8,23 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import httpx
-
 from oomrig.build import check_engine, ensure_ollama
 from oomrig.models import GEMMA_LEVEL, GEMMA_TAG, LATEST, TAGS, ensure_ggufs
 from oomrig.paths import (CURRENT_VERSION, ENGINES, FALLBACK_VERSION, LEGACY_VERSION, Log, RigError,
                           RigPaths, _stderr_log, default_root, resolve_version)
+from probes.ollama_api import Ollama
 from probes.server import ManagedServer
 
 #: numbers rig instances of this process, for their own log files
 _INSTANCES = itertools.count(1)
 
 
-def _api(host: str, path: str, body: dict | None = None, timeout: float = 30) -> dict:
-    """One JSON call to the rig's server (``curl HOST/api/tags``), on httpx, the
-    ollama client's HTTP stack; a body makes it a POST."""
-    resp = httpx.request("GET" if body is None else "POST", f"{host}{path}", json=body, timeout=timeout)
-    resp.raise_for_status()
-    return resp.json() if resp.content else {}
-
-
 def ensure_tags(server: ManagedServer, ggufs: dict[str, Path], log: Log = _stderr_log) -> dict[str, str]:
     """Create the neohorse-1 tags (and Gemma's, when its file is there) with
     ``ollama create`` (as a user would) if missing; return tag ->
     quantization level as ``/api/show`` reports it."""
-    have = {m["name"] for m in _api(server.host, "/api/tags").get("models", [])}
+    api = Ollama(server.host, timeout_s=30)
+    have = set(api.tags())
     levels = {}
     wanted = [(tag, level, ggufs[level]) for tag, level in TAGS.items()]
     if GEMMA_TAG in ggufs:
@@ -47,7 +39,7 @@ def ensure_tags(server: ManagedServer, ggufs: dict[str, Path], log: Log = _stder
                                       env=server.process_env(), capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RigError(f"ollama create {tag} failed: {proc.stderr.strip().splitlines()[-1:]}")
-        levels[tag] = _api(server.host, "/api/show", {"model": tag})["details"]["quantization_level"]
+        levels[tag] = api.show(tag).quantization
         if levels[tag] != level:
             raise RigError(f"{tag} reports quantization {levels[tag]}, expected {level}")
     latest, target = LATEST

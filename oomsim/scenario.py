@@ -2,7 +2,7 @@
 models, and the faults to play.
 
 This module reads and checks them, and nothing else. Every mistake in a file
-is reported as one :class:`probes.errors.ProbeError` line naming the file and
+is reported as one :class:`common.errors.ProbeError` line naming the file and
 the field (``scenarios/x.yaml: models.neohorse-1:f16.weights: not a size:
 '14.9 gigs'``), so a typo never turns into a confusing simulation. The format
 is documented in ``docs/scenarios.md``; sizes use :func:`probes.units.parse_size`
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import yaml
 
 from probes import memmodel
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.serverinfo import engine_of
 from probes.units import SizeError, parse_size
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Mapping
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from oomsim.scenario import ModelSpec, Scenario
 from oomsim.requests import MESSAGE_TOKENS, TEMPLATE_TOKENS
 from oomsim.settings import SimError, parse_keep_alive

@@ -20,7 +20,7 @@ from probes.evidence import spill_error
 from probes.result import ProbeResult, timed
 from probes.step import sampled
 from probes.context import calibrate
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.notes import Note
 from probes.texts import fill_prompt
 from probes.units import fmt_size

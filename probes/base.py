@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from probes.errors import ProbeError, ProbeTimeout
+from common.errors import ExitCode, ProbeError, ProbeTimeout
 from probes.ollama_api import Loaded, Ollama, canonical_name
 from probes.server import ForeignServer, ServerControl
 from probes.units import fmt_size
@@ -43,7 +43,7 @@ def read_used(reader) -> int | None:
 class Cancelled(ProbeError):
     """The user stopped the probe (Ctrl-C in the chat); the server was restored."""
 
-    exit_code = 130
+    exit_code = ExitCode.INTERRUPTED
 
 
 @dataclass

@@ -12,33 +12,27 @@ budget there the limit is the host's available memory, and the note says so.
 
 Readings are device-level, so the limit is also expressed as a ceiling on a
 reading from the same source (``ceiling_bytes`` = others' usage + limit):
-a reading above it is an out-of-memory outcome like an error.
+a reading above it is an out-of-memory outcome like an error. The limit's
+note is a :class:`~probes.notes.Note` (``budget.*`` in the catalog), so the UI
+says it in the session's language.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from probes.errors import ProbeError
+from common.catalog import t
+from common.errors import ProbeError
 from probes.memory.base import DeviceInfo, Reading
+from probes.notes import Note
 from probes.units import SizeError, fmt_size, parse_size
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*%\s*$")
 _HELP = "use a size like 6GiB, 600MiB, 7.5G, or a share of the device like 80%"
 
 
-#: where a budget came from (``Budget.origin``), so a note names it as the user gave it
-FLAG, ANSWERS, MESSAGE = "--budget", "answers", "message"
-
-#: how a note names a budget: the user's own text and where it was given. A
-#: budget read from a message has no one span to quote (it may follow from
-#: "8G, 3G of it taken"), so its size stands in the note beside the source.
-_SAID = {
-    (FLAG, "en"): "--budget {text}", (FLAG, "zh"): "--budget {text}",
-    (ANSWERS, "en"): "budget: {text} in the answers file", (ANSWERS, "zh"): "答案文件中的 budget: {text}",
-    (MESSAGE, "en"): "your message", (MESSAGE, "zh"): "你的消息",
-    ("message-share", "en"): "{text} in your message", ("message-share", "zh"): "你消息里的 {text}",
-}
+#: where a budget came from (``Budget.origin``), so the limit note names it as the user gave it
+FLAG, ANSWERS, MESSAGE = "flag", "answers", "message"
 
 
 @dataclass(frozen=True)
@@ -55,11 +49,19 @@ class Budget:
         # what the journal and the devices report keep: the budget as the user gave it
         return self.text
 
-    def said(self, lang: str = "en") -> str:
+    def said(self) -> Note:
         """The budget as the user gave it, and where: "--budget 6GiB",
-        "budget: 6GiB in the answers file", "your message"."""
-        origin = "message-share" if self.origin == MESSAGE and self.fraction is not None else self.origin
-        return _SAID[origin, "zh" if lang == "zh" else "en"].format(text=self.text)
+        "budget: 6GiB in the answers file", "your message" (``budget.said.*``)."""
+        return Note(f"budget.said.{self._kind()}", text=self.text)
+
+    def said_from(self) -> Note:
+        """The same after a figure: "from --budget 6GiB", "from your message" (``budget.from.*``)."""
+        return Note(f"budget.from.{self._kind()}", text=self.text)
+
+    def _kind(self) -> str:
+        # a message's budget has no one span to quote (it may follow from "8G,
+        # 3G of it taken"): its size is in the note already, a share is named
+        return "message_share" if self.origin == MESSAGE and self.fraction is not None else self.origin
 
     def bytes_for(self, total_bytes: int | None) -> int:
         """The budget in bytes on a device with this total."""
@@ -110,17 +112,27 @@ def parse_budget(text: str) -> Budget:
 class Limit:
     bytes: int                # what the model may use
     source: str               # "budget" | "device" | "host-available"
-    note: str                 # one line the UI shows (English)
-    note_zh: str = ""         # the same line in Chinese (probes cannot reach the i18n catalog)
+    note: str                 # one line the UI shows: a Note (English, with the key to say it in Chinese)
     device_bytes: int | None = None   # what the device can give (None: unknown)
     budget_bytes: int | None = None
     ceiling_bytes: int = 0    # a reading (same source) above this is over the limit
 
     def text(self, lang: str = "en") -> str:
-        return self.note_zh if lang == "zh" and self.note_zh else self.note
+        return _in_lang(self.note, lang)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # --json readers (and `devices`) get the line in both languages
+        return {"bytes": self.bytes, "source": self.source, "note": str(self.note), "note_zh": self.text("zh"),
+                "device_bytes": self.device_bytes, "budget_bytes": self.budget_bytes,
+                "ceiling_bytes": self.ceiling_bytes}
+
+
+def _in_lang(note, lang: str) -> str:
+    """A note in ``lang``, the notes among its values too (where a budget came from)."""
+    key = getattr(note, "key", None)
+    if key is None:
+        return str(note)
+    return t(key, lang, **{k: _in_lang(v, lang) if isinstance(v, Note) else v for k, v in note.values.items()})
 
 
 def resolve_limit(budget: Budget | None, info: DeviceInfo, reading: Reading, *,
@@ -144,51 +156,25 @@ def resolve_limit(budget: Budget | None, info: DeviceInfo, reading: Reading, *,
         can_give = max(can_give, 0)
     others = 0 if host else max((reading.used_bytes or 0) - own, 0)
 
-    def limit(nbytes: int, source: str, en: str, zh: str, budget_b=None) -> Limit:
-        return Limit(nbytes, source, en, zh, can_give, budget_b, others + nbytes)
+    def limit(nbytes: int, source: str, key: str, budget_b=None, **values) -> Limit:
+        note = Note(key, can_give=fmt_size(can_give), name=info.name, **values)
+        return Limit(nbytes, source, note, can_give, budget_b, others + nbytes)
 
-    where_en = "the host" if host else info.name
-    where_zh = "主机" if host else info.name
+    where = "host" if host else "device"
     if budget is not None:
         b = budget.bytes_for(total)
-        said_en, said_zh = budget.said("en"), budget.said("zh")
         if can_give is None or b <= can_give:
-            give_en = (f"the host has {fmt_size(can_give)} available" if host
-                       else f"{info.name} can give {fmt_size(can_give)}")
-            return limit(b, "budget",
-                         f"{fmt_size(b)} from {said_en} ({give_en})",
-                         f"{fmt_size(b)}，来自{_after_cjk(said_zh)}（{where_zh}可用 {fmt_size(can_give)}）",
-                         b)
-        src = "host-available" if host else "device"
-        return limit(can_give, src,
-                     f"{said_en} ({fmt_size(b)}) is more than {where_en} can give; "
-                     f"the limit is {fmt_size(can_give)}",
-                     f"{said_zh}（{fmt_size(b)}）超过了{where_zh}能提供的内存；"
-                     f"上限为 {fmt_size(can_give)}",
-                     b)
+            return limit(b, "budget", f"budget.within_{where}", b, limit=fmt_size(b), said=budget.said_from())
+        return limit(can_give, "host-available" if host else "device", f"budget.over_{where}", b,
+                     budget=fmt_size(b), said=budget.said())
     if can_give is None:
         raise ProbeError(f"cannot tell how much memory {info.name} can give (its {info.source} "
                          "reading is n/a)", hint="pass --budget SIZE, e.g. --budget 6GiB")
     if host and info.unified:
-        return limit(can_give, "host-available",
-                     f"unified memory and no --budget: the limit is the system's available "
-                     f"memory, {fmt_size(can_give)}",
-                     f"统一内存且未指定 --budget：上限为系统可用内存 {fmt_size(can_give)}")
+        return limit(can_give, "host-available", "budget.unified")
     if host:
-        return limit(can_give, "host-available",
-                     f"no GPU and no --budget: the limit is the host's available memory, "
-                     f"{fmt_size(can_give)}",
-                     f"没有 GPU 且未指定 --budget：上限为主机可用内存 {fmt_size(can_give)}")
-    return limit(can_give, "device",
-                 f"no --budget: the limit is what {info.name} can give, {fmt_size(can_give)} "
-                 f"of {fmt_size(total)}",
-                 f"未指定 --budget：上限为 {info.name} 能提供的 {fmt_size(can_give)}"
-                 f"（共 {fmt_size(total)}）")
-
-
-def _after_cjk(phrase: str) -> str:
-    """``phrase`` to follow Chinese text: a space before Latin ("来自 --budget"), none before Chinese."""
-    return f" {phrase}" if phrase[:1].isascii() else phrase
+        return limit(can_give, "host-available", "budget.host")
+    return limit(can_give, "device", "budget.device", total=fmt_size(total))
 
 
 def over_limit(used_bytes: int | None, limit: Limit) -> bool:

@@ -94,18 +94,10 @@ def logprob_steps(api, model: str, task: str, options: dict, top: int = TOP_LOGP
     None when the server does not return them (``curl HOST/api/generate -d
     '{"model": M, "prompt": P, "logprobs": true, "top_logprobs": 5}'``)."""
     try:
-        resp = api._call(lambda: api.client.generate(model=model, prompt=task, options=dict(options),
-                                                     logprobs=True, top_logprobs=top, stream=False))
+        steps = api.logprobs(model, task, options, top)
     except Exception:  # noqa: BLE001  (a server that refuses the fields has no signal to give)
         return None
-    steps = getattr(resp, "logprobs", None)
-    if not steps:
-        return None
-    out = []
-    for step in steps:
-        tops = {t.token: t.logprob for t in (getattr(step, "top_logprobs", None) or [])}
-        out.append({"token": step.token, "logprob": step.logprob, "top": tops})
-    return out
+    return steps or None
 
 
 def compare_logprobs(reference: list[dict], candidate: list[dict]) -> dict:

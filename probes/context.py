@@ -30,7 +30,7 @@ from probes.oomtext import OOM_KINDS
 from probes.step import sampled
 from probes import predict, sanity, search
 from probes.calibrate import Calibration
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.notes import Note
 from probes.texts import TokenCost, fill_prompt
 from probes.units import fmt_size

@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import ollama
-
 from probes import memmodel
-from probes.errors import ModelNotFoundError, ProbeError
+from common.errors import ProbeError
 from probes.memmodel import Arch, Footprint
 
 
@@ -30,19 +28,6 @@ class ModelShape:
     weights_bytes: int
     weights_source: str
     level: str | None
-
-
-def _raw_show(api, model: str) -> dict:
-    # the wrapper's show() drops the tensor list; the verbose form carries it
-    try:
-        resp = api._call(lambda: api.client._request_raw("POST", "/api/show",
-                                                          json={"model": model, "verbose": True}))
-    except ollama.ResponseError as exc:
-        if exc.status_code == 404:
-            raise ModelNotFoundError(f"model {model!r} is not on the server at {api.host}",
-                                     hint=f"ollama pull {model}  (oomvet never pulls on its own)") from None
-        raise ProbeError(f"ollama show {model}: {exc.error}") from None
-    return resp.json()
 
 
 def device_weights(tensors: list[dict], on_gpu: bool) -> int | None:
@@ -63,22 +48,20 @@ def device_weights(tensors: list[dict], on_gpu: bool) -> int | None:
 
 def read_shape(api, model: str, on_gpu: bool = False) -> ModelShape:
     """The shape of ``model`` from the server (raises ModelNotFoundError)."""
-    body = _raw_show(api, model)
-    arch = Arch.from_model_info(body.get("model_info") or {})
+    shown = api.show(model, verbose=True)  # the tensor list and the tokenizer's arrays
+    arch = Arch.from_model_info(shown.model_info)
     if not arch.vocab_size:
-        tokens = (body.get("model_info") or {}).get("tokenizer.ggml.tokens")
+        tokens = shown.model_info.get("tokenizer.ggml.tokens")
         if isinstance(tokens, list) and tokens:
             arch = Arch(**{**arch.__dict__, "vocab_size": len(tokens)})
-    level = (body.get("details") or {}).get("quantization_level")
-    weights = device_weights(body.get("tensors") or [], on_gpu)
+    weights = device_weights(shown.tensors, on_gpu)
     source = "tensors"
     if weights is None:
-        size = next((m.size for m in api.client.list().models if m.model == model
-                     or m.model == f"{model}:latest"), None)
+        size = api.file_size(model)
         if not size:
             raise ProbeError(f"no tensor list and no file size for {model} on {api.host}")
         weights, source = int(size), "file"
-    return ModelShape(model, arch, int(weights), source, level)
+    return ModelShape(model, arch, int(weights), source, shown.quantization)
 
 
 def server_engine(api) -> tuple[str, str]:

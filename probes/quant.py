@@ -21,7 +21,7 @@ from probes.base import ProbeEnv, restoring
 from probes.evidence import spill_error
 from probes.result import ProbeResult, timed
 from probes.step import sampled
-from probes.errors import ModelNotFoundError, ProbeError
+from common.errors import ModelNotFoundError, ProbeError
 from probes.memmodel import bits_per_weight
 from probes.notes import Note
 from probes.texts import coherence_task
@@ -72,7 +72,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
         except ModelNotFoundError:
             if not allow_pull:
                 raise
-            env.api.client.pull(model)
+            env.api.pull(model)
             current = env.api.show(model)
         current_bits = _bits(current.quantization)
         tags = candidates if candidates is not None else env.api.siblings(model)

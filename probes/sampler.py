@@ -30,13 +30,13 @@ class SampleSummary:
     timeline: tuple[tuple[float, int], ...]   # (seconds since start, used bytes)
     marks: tuple[tuple[float, str], ...]      # (seconds since start, label)
     hz_achieved: float | None
-    over_limit: bool
     peak_s: float | None = None               # when the peak was read, since start
     duration_s: float = 0.0
     readings: int = 0                         # readings with a value
     errors: int = 0                           # readings that raised or had no value
     limit_bytes: int | None = None            # the ceiling compared with each reading
-    over_limit_s: float | None = None         # first reading above it, since start
+    over_limit_s: float | None = None         # first reading above it, since start; an observation
+    # (when the ceiling was crossed), not a verdict: whether a step fits is the rules' reading
     started_monotonic: float = 0.0            # time.monotonic() at start, to align clocks
 
     @property
@@ -52,7 +52,7 @@ class SampleSummary:
             "last_bytes": self.last_bytes, "rise_bytes": self.rise_bytes,
             "peak_s": self.peak_s, "duration_s": self.duration_s,
             "hz_achieved": self.hz_achieved, "readings": self.readings, "errors": self.errors,
-            "over_limit": self.over_limit, "over_limit_s": self.over_limit_s,
+            "over_limit_s": self.over_limit_s,
             "limit_bytes": self.limit_bytes,
             "timeline": [list(p) for p in self.timeline], "marks": [list(m) for m in self.marks],
         }
@@ -184,7 +184,6 @@ class Sampler:
             timeline=tl,
             marks=marks,
             hz_achieved=round((len(tl) - 1) / span, 2) if span > 0 else None,
-            over_limit=self._over_s is not None,
             peak_s=self._peak_s,
             duration_s=self._clock() - self._t0,
             readings=len(tl),

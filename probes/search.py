@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rules.thresholds import peak_fits
+
 #: loads one search may spend (the start included) before it settles for the
 #: best verified pass
 MAX_TRIALS = 6
@@ -37,12 +39,9 @@ class Trial:
     unmeasured: str | None = None
 
     def fits(self, fit_limit: int) -> bool | None:
-        """True/False when measured, None when the peak is unmeasured."""
-        if not self.ok:
-            return False
-        if self.peak is None:
-            return None
-        return self.peak <= fit_limit
+        """True/False when measured, None when the peak is unmeasured: the
+        rules' own test (:func:`rules.thresholds.peak_fits`), not a copy."""
+        return peak_fits(self.ok, self.peak, fit_limit)
 
 
 @dataclass

@@ -22,15 +22,11 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Protocol
 
-import httpx
 import psutil
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from probes.errors import ProbeError, ServerUnreachableError
-
-DEFAULT_PORT = 11434
-#: where Ollama listens unless told otherwise (``OLLAMA_HOST``)
-DEFAULT_HOST = f"http://127.0.0.1:{DEFAULT_PORT}"
+from common.errors import ProbeError, ServerUnreachable
+# the API's address lives with the gateway; it is read from here too
+from probes.ollama_api import DEFAULT_HOST, DEFAULT_PORT, Ollama  # noqa: F401
 # environment variables that are server settings (LLAMA_ARG_*: llama-server's, passed through by v0.30+)
 SETTING_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
 
@@ -75,27 +71,13 @@ def free_port() -> int:
 
 def wait_until_up(host: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> str:
     """Poll ``GET /api/version`` (``curl HOST/api/version``) until it answers;
-    return the version string."""
-    def ask() -> str:
+    return the version string. ``proc``, the server just started: its exit
+    ends the wait at once."""
+    def running() -> None:
         if proc is not None and proc.poll() is not None:
-            raise ServerUnreachableError(f"ollama serve exited with code {proc.returncode} before answering")
-        resp = httpx.get(f"{host}/api/version", timeout=2)
-        resp.raise_for_status()
-        try:
-            return str(resp.json()["version"])
-        except (ValueError, KeyError, TypeError):  # something else listens there: waiting will not help
-            raise ServerUnreachableError(f"{host}/api/version did not answer as Ollama does: "
-                                         f"{resp.text[:80]!r}") from None
+            raise ServerUnreachable(f"ollama serve exited with code {proc.returncode} before answering")
 
-    try:
-        for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2),
-                                retry=retry_if_exception_type(httpx.HTTPError)):
-            with attempt:
-                return ask()
-    except RetryError as exc:
-        last = exc.last_attempt.exception()
-        raise ServerUnreachableError(f"ollama serve at {host} did not answer within {timeout_s:.0f}s ({last})") from None
-    raise AssertionError("unreachable")  # Retrying either returns or raises
+    return Ollama(host).wait_until_up(timeout_s, check=running)
 
 
 class ManagedServer:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.serverlog import LogDigest, parse_cmdline
 
 MIB = 1 << 20

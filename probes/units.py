@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 
 _UNITS = {
     "": 1, "b": 1,

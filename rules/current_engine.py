@@ -15,12 +15,13 @@ before its fact arrived):
 
 Findings do not change the next step; they are recorded by interpreting rules
 that fire before the tree's own (priorities 104-109) and hand back to it
-(``again``). Their words are in rules/sentences.yaml under ``findings``.
+(``again``). Their words are in common/messages/rules/sentences.yaml under
+``finding.<rule>``.
 """
 from __future__ import annotations
 
+from common.catalog import pair, t
 from rules import steps
-from rules.catalog import finding
 from rules.interpreting import CTX_DONE
 from rules.readings import AT_CONTEXT, LOAD, TIER
 from rules.rulebook import TREE, Reading, deciding_rule, fact, format_size, register_readings, state
@@ -81,8 +82,7 @@ def _found(st: dict, key: str, en: str, zh: str) -> None:
 
 
 def _words(rule: str, part: str | None = None, **fields) -> tuple[str, str]:
-    en, zh = finding(rule, part)
-    return en.format(**fields), zh.format(**fields)
+    return pair(f"finding.{rule}" if part is None else f"finding.{rule}.{part}", **fields)
 
 
 def _default_ctx_finding(st: dict) -> tuple[str, str]:
@@ -97,14 +97,14 @@ def _default_ctx_finding(st: dict) -> tuple[str, str]:
     why = _words(rule, part, default=default, vram=_gib(st.get("srv_vram_total") or 0))
     fields = {"default": default, "limit": format_size(st["limit"]), "fail": fail,
               "suggest": st["tier_best_ctx"] or fail // 2}
-    en, zh = finding(rule)
-    return (en.format(why=why[0], need=need[0], **fields), zh.format(why=why[1], need=need[1], **fields))
+    key = f"finding.{rule}"
+    return (t(key, "en", why=why[0], need=need[0], **fields), t(key, "zh", why=why[1], need=need[1], **fields))
 
 
 def _fit_target(st: dict, rule: str) -> tuple[str, str]:
     if st["srv_fit_target"]:
         return format_size(st["srv_fit_target"]), format_size(st["srv_fit_target"])
-    return finding(rule, "fit_target_default")
+    return _words(rule, "fit_target_default")
 
 
 with TREE:
@@ -139,16 +139,16 @@ with TREE:
                       | ((state.srv_engine == "llama-server") & (state.srv_kv_quant == True)  # noqa: E712
                          & (state.srv_fa == "off"))))
     def kv_quantization_needs_flash_attention(st):
-        _found(st, "kv_needs_fa", *finding("kv_quantization_needs_flash_attention"))
+        _found(st, "kv_needs_fa", *_words("kv_quantization_needs_flash_attention"))
 
     @deciding_rule(108, (state.found_overhead_ignored == False) & (state.srv_engine == "llama-server")  # noqa: E712
                    & (state.srv_gpu_overhead > 0))
     def fit_target_is_the_margin_knob(st):
         rule = "fit_target_is_the_margin_knob"
         target_en, target_zh = _fit_target(st, rule)
-        en, zh = finding(rule)
-        _found(st, "overhead_ignored", en.format(overhead=st["srv_gpu_overhead"], fit_target=target_en),
-               zh.format(overhead=st["srv_gpu_overhead"], fit_target=target_zh))
+        key = f"finding.{rule}"
+        _found(st, "overhead_ignored", t(key, "en", overhead=st["srv_gpu_overhead"], fit_target=target_en),
+               t(key, "zh", overhead=st["srv_gpu_overhead"], fit_target=target_zh))
 
     @deciding_rule(109, (state.found_runtime_oom == False) & (state.log_runtime_oom == True))  # noqa: E712
     def runtime_oom_expires_every_model(st):
@@ -156,5 +156,5 @@ with TREE:
         margin = ("", "")
         if st.get("srv_engine") == "llama-server" and st.get("srv_fit_target"):
             margin = _words(rule, "margin", fit_target=format_size(st["srv_fit_target"]))
-        en, zh = finding(rule)
-        _found(st, "runtime_oom", en.format(margin=margin[0]), zh.format(margin=margin[1]))
+        key = f"finding.{rule}"
+        _found(st, "runtime_oom", t(key, "en", margin=margin[0]), t(key, "zh", margin=margin[1]))

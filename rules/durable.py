@@ -11,13 +11,16 @@ import importlib
 import sys
 from typing import Any, Callable
 
+from common.errors import UserError
+
 #: the process-global durable_rules ruleset that holds the whole tree
 RULESET = "oomvet_tree"
 
 
-class RulesUnavailable(ImportError):
-    """durable_rules cannot be imported on this Python; the CLI prints the one
-    line and exits non-zero."""
+class RulesUnavailable(UserError, ImportError):
+    """Seen by whoever runs oomvet on a Python where durable_rules cannot be
+    imported (3.13+): one line, exit 2. Still an ImportError for code that
+    guards an import."""
 
 
 def load_durable(import_module: Callable[[str], Any] = importlib.import_module):

@@ -3,8 +3,11 @@
 Facts are plain dicts with a ``kind``. Intake and the probes build them, the
 rules read them, and everything posted to the knowledge base passes through
 :func:`validate` first, so a probe that forgets a field fails loudly at the
-boundary instead of silently matching no rule. Sizes are bytes (int), times
-seconds (float). Extend a kind by adding an optional field here; never fork it.
+boundary instead of silently matching no rule. Each kind is a pydantic model
+here (strict: no coercion, ``True`` is not a size); a fact is checked against
+its kind's model and comes back a plain dict again, holding only the fields it
+was given. Sizes are bytes (int), times seconds (float). Extend a kind by adding
+an optional field here; never fork it.
 
 Facts are measurements, never verdicts: a probe posts what it read (a peak,
 token counts, the kind of a failure, the figures of an answer) and whether the
@@ -16,8 +19,9 @@ send, because the load already told enough, is not a failure).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping, Union, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 PHASES = ("load", "long_input", "concurrent", "slow", "creeping", "crash", "unknown")
 CAUSES = ("weights", "kv_cache", "not_released", "concurrency", "not_memory")
@@ -40,9 +44,18 @@ ENGINES = ("runner", "llama-server")
 #: why a request without num_ctx gets the context it gets
 DEFAULT_CTX_WHY = ("vram_tier", "env", "modelfile", "legacy_default")
 FLASH_ATTENTION = ("auto", "on", "off")
+KNOBS = ("num_batch", "num_parallel", "kv_cache_type", "kv_cache_off")
 
-_NUM = (int, float)
-_OPT = object()  # marker: optional field
+#: the default of a field a fact may leave out. It is never a value: a fact
+#: comes back with only the fields it was given, and ``None`` is a value only
+#: where the type says ``| None`` (a probe that could not read a value says so
+#: with None rather than inventing one)
+ABSENT: Any = None
+
+Num = Union[int, float]
+Placement = Literal[PLACEMENTS]
+#: what a failed load or request was (with the log line that said so in `oom_marker`)
+Failure = Literal[FAILURES + (None,)]
 
 
 class FactError(ValueError):
@@ -50,216 +63,241 @@ class FactError(ValueError):
     only through a bug report (probes and intake build facts, not people)."""
 
 
-@dataclass(frozen=True)
-class Field:
-    types: tuple
-    required: bool = True
-    choices: tuple | None = None
+class _Fact(BaseModel):
+    # extra fields pass through untouched (the engine numbers facts with _seq)
+    model_config = ConfigDict(strict=True, extra="allow")
 
 
-def _f(*types, required=True, choices=None) -> Field:
-    return Field(tuple(types), required, choices)
+class _Measurement(_Fact):
+    # every measurement says whether its figures are measurements: False for a
+    # failed reading, a source that cannot see the model, or a refused sanity
+    # check, with the reason in `unmeasured`
+    measured: bool = ABSENT
+    unmeasured: str | None = ABSENT
 
 
-_NONE = type(None)
+class Symptom(_Fact):
+    kind: Literal["symptom"]
+    phase: Literal[PHASES]
+    text: str
+    error: str | None = ABSENT
 
-# every measurement says whether its figures are measurements: False for a
-# failed reading, a source that cannot see the model, or a refused sanity
-# check, with the reason in `unmeasured`
-_HEALTH = {
-    "measured": _f(bool, required=False),
-    "unmeasured": _f(str, _NONE, required=False),
-}
 
-# kind -> field -> spec. ``None`` is allowed wherever _NONE is listed: a probe
-# that could not read a value says so with None rather than inventing one.
-SCHEMA: dict[str, dict[str, Field]] = {
-    "symptom": {
-        "phase": _f(str, choices=PHASES),
-        "text": _f(str),
-        "error": _f(str, _NONE, required=False),
-    },
-    "target": {
-        "model": _f(str, _NONE),
-        "want_ctx": _f(int, _NONE),
-        "want_parallel": _f(int, _NONE),
-        "budget": _f(int, _NONE),
-        "keep_context": _f(bool, _NONE, required=False),
-        "keep_concurrency": _f(bool, _NONE, required=False),
-    },
-    "device": {
-        "name": _f(str),
-        "vendor": _f(str),  # nvidia / amd / apple / cpu / simulated
-        "total": _f(int),
-        "used_idle": _f(int, _NONE),   # None: the idle reading failed
-        "unified": _f(bool),
-        "limit": _f(int, required=False),  # min(budget, what the device can give)
-        "source": _f(str, required=False),
-    },
-    "load": {
-        **_HEALTH,
-        "model": _f(str),
-        "options": _f(dict),
-        "answered": _f(bool),
-        "error": _f(str, _NONE),
-        "peak": _f(int, _NONE, required=False),  # the highest usage above idle through the load
-        "size": _f(int, _NONE),
-        "size_vram": _f(int, _NONE),
-        "used_after": _f(int, _NONE),
-        "used_settled": _f(int, _NONE),
-        "drift_per_min": _f(*_NUM, _NONE),
-        "used_idle": _f(int, _NONE, required=False),
-        "placement": _f(str, _NONE, required=False, choices=("gpu", "partial", "cpu", None)),
-        # quantization level of the loaded tag (/api/ps details.quantization_level,
-        # e.g. "Q8_0"); the config's quant_type comes from here, never a guess
-        "level": _f(str, _NONE, required=False),
-        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
-        "oom_marker": _f(str, _NONE, required=False),
-    },
-    "tier": {
-        **_HEALTH,
-        "name": _f(str),
-        "num_ctx": _f(int),
-        "prompt_tokens": _f(int, _NONE),                    # what the server evaluated
-        "peak": _f(int, _NONE),
-        "answered": _f(bool),
-        "error": _f(str, _NONE),
-        "model": _f(str, required=False),
-        "sent_tokens": _f(int, _NONE, required=False),      # what the fill sent
-        "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
-        # model usage after load, after the first and after the second request
-        # of the same size (the rules judge "released" from these)
-        "loaded_bytes": _f(int, _NONE, required=False),
-        "after_first_bytes": _f(int, _NONE, required=False),
-        "after_second_bytes": _f(int, _NONE, required=False),
-        # the peak through that second request; the tier's own peak is the fill's
-        # (on llama-server the second prompt adds the first to its host-RAM prompt cache)
-        "second_request_peak": _f(int, _NONE, required=False),
-        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
-        "oom_marker": _f(str, _NONE, required=False),
-    },
-    "quant_trial": {
-        **_HEALTH,
-        "tag": _f(str),
-        "level": _f(str),
-        "answered": _f(bool),
-        # the memory read right after the load at num_ctx: the weights with the
-        # KV cache and compute buffers (named as in DESIGN.md; shown as "after load")
-        "weights": _f(int, _NONE),
-        "error": _f(str, _NONE, required=False),
-        # the figures of the answer to the fixed task (probes/coherence.py
-        # measure; rules/coherence.py judges them)
-        "answer_chars": _f(int, required=False),
-        "repeat_share": _f(*_NUM, required=False),
-        "garbled_share": _f(*_NUM, required=False),
-        "done_reason": _f(str, _NONE, required=False),
-        "last_char": _f(str, required=False),
-        "numbers_checked": _f(int, required=False),
-        "numbers_lost": _f(int, required=False),
-        "numbers_in_task": _f(int, required=False),
-        "numbers_invented": _f(int, required=False),
-        "code_spans": _f(int, required=False),
-        "code_spans_kept": _f(int, required=False),
-        "bits": _f(*_NUM, _NONE, required=False),
-        "peak": _f(int, _NONE, required=False),
-        "num_ctx": _f(int, _NONE, required=False),
-        "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
-        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
-        "oom_marker": _f(str, _NONE, required=False),
-    },
-    "knob_trial": {
-        **_HEALTH,
-        "knob": _f(str, choices=("num_batch", "num_parallel", "kv_cache_type", "kv_cache_off")),
-        "old": _f(int, str, _NONE),
-        "new": _f(int, str, _NONE),
-        "peak": _f(int, _NONE),
-        "answered": _f(bool),
-        "error": _f(str, _NONE, required=False),
-        "applied": _f(bool, required=False),  # False: a server knob we could not change
-        "placement": _f(str, _NONE, required=False, choices=PLACEMENTS),
-        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
-        "oom_marker": _f(str, _NONE, required=False),
-    },
-    "stability": {
-        **_HEALTH,
-        "config": _f(dict),
-        "eval_count": _f(int, _NONE),
-        "done_reason": _f(str, _NONE),
-        "answered": _f(bool),
-        "prompt_tokens": _f(int, _NONE, required=False),      # what the server evaluated of the task
-        "task_tokens": _f(int, _NONE, required=False),        # the task's own count, measured with room
-        "repeat_share": _f(*_NUM, _NONE, required=False),  # share of the output's word 4-grams that repeat
-        "errors": _f(list),
-        "peak": _f(int, _NONE, required=False),
-        "failure": _f(str, _NONE, required=False, choices=FAILURES + (None,)),
-        "oom_marker": _f(str, _NONE, required=False),
-    },
-    # the server oomvet talks to (probes/serverinfo.py). Every value it could
-    # not tell is None, with the reason in `unknown` (field -> why), never a guess
-    "server": {
-        "version": _f(str, _NONE),
-        "engine": _f(str, _NONE, choices=ENGINES + (None,)),
-        "engine_why": _f(str, _NONE, required=False),
-        # the context a request without num_ctx gets, and why
-        "default_ctx": _f(int, _NONE),
-        "default_ctx_why": _f(str, _NONE, choices=DEFAULT_CTX_WHY + (None,)),
-        "vram_total": _f(int, _NONE, required=False),     # what the VRAM tier was chosen from
-        "flash_attention": _f(str, _NONE, choices=FLASH_ATTENTION + (None,)),
-        "kv_cache_type": _f(str, _NONE),
-        "num_parallel": _f(int, _NONE),
-        "fit_target": _f(int, _NONE),                       # bytes llama.cpp's fit leaves free per device
-        "gpu_overhead": _f(int, _NONE, required=False),     # OLLAMA_GPU_OVERHEAD as set (bytes)
-        "local": _f(bool, _NONE),                           # a process of this machine serves it
-        "sizes": _f(str, _NONE, required=False, choices=("estimate", "measured", None)),  # /api/ps figures
-        "knobs": _f(dict, required=False),                  # knob -> what it does on this version
-        "unknown": _f(dict, required=False),                # field -> why it is None
-    },
-    # what the server log said about one load or request (probes/serverlog.py)
-    "log": {
-        "source": _f(str),                                  # a path, "journalctl -u ollama", "simulator"
-        "model": _f(str, _NONE, required=False),
-        "engine": _f(str, _NONE, required=False, choices=ENGINES + (None,)),
-        "cmdline": _f(dict, _NONE, required=False),        # num_ctx, num_parallel, n_gpu_layers, cache types, ...
-        "buffers": _f(list, required=False),                # [{device, kind: model/KV/compute/output/RS, bytes}]
-        "fit": _f(dict, _NONE, required=False),            # llama.cpp fit projection
-        "auto_backoff": _f(dict, _NONE, required=False),   # {old_num_ctx, new_num_ctx}: Ollama shrank the context
-        "runtime_oom": _f(bool, required=False),            # Ollama expired every loaded model after an OOM
-        "ctx_clamped": _f(dict, _NONE, required=False),    # {num_ctx, n_ctx_train}
-        "default_ctx": _f(dict, _NONE, required=False),    # {total_vram, default_num_ctx}
-        "kv_needs_fa": _f(bool, required=False),            # quantized V cache refused without flash attention
-        "errors": _f(list, required=False),                 # error lines, as logged
-        "oom_lines": _f(list, required=False),              # lines with an out-of-memory marker
-    },
-    "answer": {  # a user's reply to an `ask`
-        "question": _f(str),
-        "value": _f(str, int, float, bool, _NONE),
-    },
-    # posted by the session after a probe has posted all its facts, so the rules
-    # know the probe finished (a context probe may post 1..n tiers, a quant
-    # probe 0..n trials); `ok: false` + `error` when the probe itself broke
-    "probe_done": {
-        "probe": _f(str, choices=PROBES),
-        "ok": _f(bool),
-        "error": _f(str, _NONE, required=False),
-    },
-    # the user will not take a recommended remedy; the rules move to the next
-    # one (an `answer` to `keep_context` with True refuses "context" the same way)
-    "refusal": {
-        "remedy": _f(str, choices=REMEDIES),
-        "text": _f(str, _NONE, required=False),
-    },
-    # the session cannot go on (the server went away, a probe broke in a way
-    # that leaves nothing to measure): the rules end with what was measured
-    "stop": {
-        "reason": _f(str),
-    },
-    "diagnosis": {
-        "cause": _f(str, choices=CAUSES),
-    },
-    "next": {
-        "action": _f(str, choices=ACTIONS),
-    },
-}
+class Target(_Fact):
+    kind: Literal["target"]
+    model: str | None
+    want_ctx: int | None
+    want_parallel: int | None
+    budget: int | None
+    keep_context: bool | None = ABSENT
+    keep_concurrency: bool | None = ABSENT
+
+
+class Device(_Fact):
+    kind: Literal["device"]
+    name: str
+    vendor: str  # nvidia / amd / apple / cpu / simulated
+    total: int
+    used_idle: int | None  # None: the idle reading failed
+    unified: bool
+    limit: int = ABSENT  # min(budget, what the device can give)
+    source: str = ABSENT
+
+
+class Load(_Measurement):
+    kind: Literal["load"]
+    model: str
+    options: dict
+    answered: bool
+    error: str | None
+    peak: int | None = ABSENT  # the highest usage above idle through the load
+    size: int | None
+    size_vram: int | None
+    used_after: int | None
+    used_settled: int | None
+    drift_per_min: Num | None
+    used_idle: int | None = ABSENT
+    placement: Placement = ABSENT
+    # quantization level of the loaded tag (/api/ps details.quantization_level,
+    # e.g. "Q8_0"); the config's quant_type comes from here, never a guess
+    level: str | None = ABSENT
+    failure: Failure = ABSENT
+    oom_marker: str | None = ABSENT
+
+
+class Tier(_Measurement):
+    kind: Literal["tier"]
+    name: str
+    num_ctx: int
+    prompt_tokens: int | None  # what the server evaluated
+    peak: int | None
+    answered: bool
+    error: str | None
+    model: str = ABSENT
+    sent_tokens: int | None = ABSENT  # what the fill sent
+    placement: Placement = ABSENT
+    # model usage after load, after the first and after the second request
+    # of the same size (the rules judge "released" from these)
+    loaded_bytes: int | None = ABSENT
+    after_first_bytes: int | None = ABSENT
+    after_second_bytes: int | None = ABSENT
+    # the peak through that second request; the tier's own peak is the fill's
+    # (on llama-server the second prompt adds the first to its host-RAM prompt cache)
+    second_request_peak: int | None = ABSENT
+    failure: Failure = ABSENT
+    oom_marker: str | None = ABSENT
+
+
+class QuantTrial(_Measurement):
+    kind: Literal["quant_trial"]
+    tag: str
+    level: str
+    answered: bool
+    # the memory read right after the load at num_ctx: the weights with the
+    # KV cache and compute buffers (named as in DESIGN.md; shown as "after load")
+    weights: int | None
+    error: str | None = ABSENT
+    # the figures of the answer to the fixed task (probes/coherence.py
+    # measure; rules/coherence.py judges them)
+    answer_chars: int = ABSENT
+    repeat_share: Num = ABSENT
+    garbled_share: Num = ABSENT
+    done_reason: str | None = ABSENT
+    last_char: str = ABSENT
+    numbers_checked: int = ABSENT
+    numbers_lost: int = ABSENT
+    numbers_in_task: int = ABSENT
+    numbers_invented: int = ABSENT
+    code_spans: int = ABSENT
+    code_spans_kept: int = ABSENT
+    bits: Num | None = ABSENT
+    peak: int | None = ABSENT
+    num_ctx: int | None = ABSENT
+    placement: Placement = ABSENT
+    failure: Failure = ABSENT
+    oom_marker: str | None = ABSENT
+
+
+class KnobTrial(_Measurement):
+    kind: Literal["knob_trial"]
+    knob: Literal[KNOBS]
+    old: int | str | None
+    new: int | str | None
+    peak: int | None
+    answered: bool
+    error: str | None = ABSENT
+    applied: bool = ABSENT  # False: a server knob we could not change
+    placement: Placement = ABSENT
+    failure: Failure = ABSENT
+    oom_marker: str | None = ABSENT
+
+
+class Stability(_Measurement):
+    kind: Literal["stability"]
+    # the retest verifies a config only with a measured peak, so it must say
+    # whether its peak was measured: a missing word is not a yes
+    measured: bool
+    config: dict
+    eval_count: int | None
+    done_reason: str | None
+    answered: bool
+    prompt_tokens: int | None = ABSENT  # what the server evaluated of the task
+    task_tokens: int | None = ABSENT  # the task's own count, measured with room
+    repeat_share: Num | None = ABSENT  # share of the output's word 4-grams that repeat
+    errors: list
+    peak: int | None = ABSENT
+    failure: Failure = ABSENT
+    oom_marker: str | None = ABSENT
+
+
+class Server(_Fact):
+    """The server oomvet talks to (probes/serverinfo.py). Every value it could
+    not tell is None, with the reason in `unknown` (field -> why), never a guess."""
+    kind: Literal["server"]
+    version: str | None
+    engine: Literal[ENGINES + (None,)]
+    engine_why: str | None = ABSENT
+    # the context a request without num_ctx gets, and why
+    default_ctx: int | None
+    default_ctx_why: Literal[DEFAULT_CTX_WHY + (None,)]
+    vram_total: int | None = ABSENT  # what the VRAM tier was chosen from
+    flash_attention: Literal[FLASH_ATTENTION + (None,)]
+    kv_cache_type: str | None
+    num_parallel: int | None
+    fit_target: int | None  # bytes llama.cpp's fit leaves free per device
+    gpu_overhead: int | None = ABSENT  # OLLAMA_GPU_OVERHEAD as set (bytes)
+    local: bool | None  # a process of this machine serves it
+    sizes: Literal["estimate", "measured", None] = ABSENT  # /api/ps figures
+    knobs: dict = ABSENT  # knob -> what it does on this version
+    unknown: dict = ABSENT  # field -> why it is None
+
+
+class Log(_Fact):
+    """What the server log said about one load or request (probes/serverlog.py)."""
+    kind: Literal["log"]
+    source: str  # a path, "journalctl -u ollama", "simulator"
+    model: str | None = ABSENT
+    engine: Literal[ENGINES + (None,)] = ABSENT
+    cmdline: dict | None = ABSENT  # num_ctx, num_parallel, n_gpu_layers, cache types, ...
+    buffers: list = ABSENT  # [{device, kind: model/KV/compute/output/RS, bytes}]
+    fit: dict | None = ABSENT  # llama.cpp fit projection
+    auto_backoff: dict | None = ABSENT  # {old_num_ctx, new_num_ctx}: Ollama shrank the context
+    runtime_oom: bool = ABSENT  # Ollama expired every loaded model after an OOM
+    ctx_clamped: dict | None = ABSENT  # {num_ctx, n_ctx_train}
+    default_ctx: dict | None = ABSENT  # {total_vram, default_num_ctx}
+    kv_needs_fa: bool = ABSENT  # quantized V cache refused without flash attention
+    errors: list = ABSENT  # error lines, as logged
+    oom_lines: list = ABSENT  # lines with an out-of-memory marker
+
+
+class Answer(_Fact):
+    """A user's reply to an `ask`."""
+    kind: Literal["answer"]
+    question: str
+    value: str | int | float | bool | None
+
+
+class ProbeDone(_Fact):
+    """Posted by the session after a probe has posted all its facts, so the rules
+    know the probe finished (a context probe may post 1..n tiers, a quant probe
+    0..n trials); `ok: false` + `error` when the probe itself broke."""
+    kind: Literal["probe_done"]
+    probe: Literal[PROBES]
+    ok: bool
+    error: str | None = ABSENT
+
+
+class Refusal(_Fact):
+    """The user will not take a recommended remedy; the rules move to the next
+    one (an `answer` to `keep_context` with True refuses "context" the same way)."""
+    kind: Literal["refusal"]
+    remedy: Literal[REMEDIES]
+    text: str | None = ABSENT
+
+
+class Stop(_Fact):
+    """The session cannot go on (the server went away, a probe broke in a way
+    that leaves nothing to measure): the rules end with what was measured."""
+    kind: Literal["stop"]
+    reason: str
+
+
+class Diagnosis(_Fact):
+    kind: Literal["diagnosis"]
+    cause: Literal[CAUSES]
+
+
+class Next(_Fact):
+    kind: Literal["next"]
+    action: Literal[ACTIONS]
+
+
+#: kind -> its model
+KINDS: dict[str, type[_Fact]] = {
+    get_args(m.model_fields["kind"].annotation)[0]: m
+    for m in (Symptom, Target, Device, Load, Tier, QuantTrial, KnobTrial, Stability, Server, Log, Answer, ProbeDone,
+              Refusal, Stop, Diagnosis, Next)}
+_FACT = TypeAdapter(Annotated[Union[tuple(KINDS.values())], Field(discriminator="kind")])
 
 
 def validate(fact: Mapping[str, Any]) -> dict:
@@ -268,24 +306,38 @@ def validate(fact: Mapping[str, Any]) -> dict:
     if not isinstance(fact, Mapping):
         raise FactError(f"a fact must be a mapping, got {type(fact).__name__}")
     kind = fact.get("kind")
-    if kind not in SCHEMA:
-        raise FactError(f"unknown fact kind {kind!r} (known: {', '.join(SCHEMA)})")
-    spec = SCHEMA[kind]
-    for name, field in spec.items():
-        if name not in fact:
-            if field.required:
-                raise FactError(f"{kind} fact is missing field {name!r}")
-            continue
-        value = fact[name]
-        # bool is an int in Python; refuse True where a size is expected
-        if isinstance(value, bool) and bool not in field.types:
-            raise FactError(f"{kind}.{name} must be {_names(field.types)}, got bool")
-        if not isinstance(value, field.types):
-            raise FactError(f"{kind}.{name} must be {_names(field.types)}, got {type(value).__name__}")
-        if field.choices is not None and value not in field.choices:
-            raise FactError(f"{kind}.{name} must be one of {field.choices}, got {value!r}")
-    return dict(fact)
+    if kind not in KINDS:
+        raise FactError(f"unknown fact kind {kind!r} (known: {', '.join(KINDS)})")
+    try:
+        checked = _FACT.validate_python(dict(fact))
+    except ValidationError as exc:
+        raise FactError(_message(kind, exc.errors()[0], fact)) from None
+    # unset optional fields stay absent (the rules test for absence), in the caller's order
+    dumped = checked.model_dump(exclude_unset=True)
+    return {name: dumped[name] for name in fact}
 
 
-def _names(types: tuple) -> str:
-    return " or ".join("None" if t is _NONE else t.__name__ for t in types)
+def _message(kind: str, error: dict, fact: Mapping[str, Any]) -> str:
+    """The first problem pydantic found, said as the contract says it."""
+    name = error["loc"][1]  # loc[0] is the kind, the union's tag
+    if error["type"] == "missing":
+        return f"{kind} fact is missing field {name!r}"
+    types, choices = _expected(KINDS[kind].model_fields[name].annotation)
+    value = fact[name]
+    # bool is an int in Python; say so when True stood where a size was expected
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        expected = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+        return f"{kind}.{name} must be {expected}, got {type(value).__name__}"
+    return f"{kind}.{name} must be one of {choices}, got {value!r}"
+
+
+def _expected(annotation: Any) -> tuple[tuple[type, ...], tuple | None]:
+    """The types a field takes and, for a Literal, its choices (None among them when nullable)."""
+    args = get_args(annotation) or (annotation,)
+    if getattr(annotation, "__origin__", None) is Literal:
+        return tuple(dict.fromkeys(type(a) for a in args)), args
+    literal = [a for a in args if getattr(a, "__origin__", None) is Literal]
+    if literal:  # Literal[...] | None
+        choices = get_args(literal[0]) + tuple(None for a in args if a is type(None))
+        return tuple(dict.fromkeys(type(c) for c in choices)), choices
+    return args, None

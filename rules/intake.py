@@ -4,7 +4,8 @@ These deciding rules answer a ``_decide`` before any interpretation or plan: a
 session that ran too long or must stop ends here (priorities 99-100), a session
 still waiting for an answer or a measurement keeps its step (101-103), and a
 new session asks what it needs to know, then starts the baseline probe
-(110-117). Sentences: rules/sentences.yaml, under each rule's name.
+(110-117). Sentences: common/messages/rules/sentences.yaml, under
+``rule.<name>``.
 """
 from __future__ import annotations
 

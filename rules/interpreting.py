@@ -4,8 +4,8 @@ Once a probe has finished (its ``probe_done`` read), exactly one of these
 deciding rules turns its readings into a diagnosis and hands over to planning
 (``moves.to_plan``): the baseline (120-123), the context tiers (130-139), the
 quant ladder (140), the backend trials (150-154), a change's stability retest
-(160-162) and a confirming retest (165-166). Sentences: rules/sentences.yaml,
-under each rule's name.
+(160-162) and a confirming retest (165-166). Sentences:
+common/messages/rules/sentences.yaml, under ``rule.<name>``.
 """
 from __future__ import annotations
 

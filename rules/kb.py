@@ -24,6 +24,8 @@ rules to the one ruleset when it is imported:
 """
 from __future__ import annotations
 
+from common.catalog import keys
+
 # imported for their rules, in this order (the order they are defined in)
 import rules.readings  # noqa: F401
 import rules.intake  # noqa: F401
@@ -31,11 +33,11 @@ import rules.interpreting  # noqa: F401
 import rules.planning  # noqa: F401
 import rules.current_engine  # noqa: F401
 from rules.durable import RULESET
-from rules.catalog import FINDINGS, SENTENCES
 from rules.rulebook import RULES, Rule, lang
 
 __all__ = ["RULES", "RULESET", "Rule", "lang"]
 
-_without_rule = (set(SENTENCES) | set(FINDINGS)) - set(RULES)
+# rule.<name> and finding.<rule>[.<part>]: the second word names a rule
+_without_rule = {key.split(".")[1] for key in keys("rule.") + keys("finding.")} - set(RULES)
 if _without_rule:  # a renamed rule whose words stayed behind
-    raise RuntimeError(f"rules/sentences.yaml names rules that do not exist: {sorted(_without_rule)}")
+    raise RuntimeError(f"common/messages/rules/sentences.yaml names rules that do not exist: {sorted(_without_rule)}")

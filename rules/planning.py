@@ -5,7 +5,7 @@ none), exactly one of these deciding rules issues the next step. Their
 priorities are the method's order of remedies: the context (170-171), then
 lower-bit quantization (173-177), then the backend under concurrency
 (178-182), then the reports (183-185) and the finish (187-191). Sentences:
-rules/sentences.yaml, under each rule's name.
+common/messages/rules/sentences.yaml, under ``rule.<name>``.
 """
 from __future__ import annotations
 

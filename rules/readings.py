@@ -4,8 +4,8 @@ Every posted fact is consumed by exactly one reading rule: the first, by
 priority, whose conditions hold (a failed load before a spilled one before a
 fitting one). A row names the rule, its priority, its condition on the fact and
 on the session state, and what it records (rules/record.py); its note in the
-why chain is its sentence in rules/sentences.yaml, formatted with the fact's
-fields. The readings of the current engine's facts are in
+why chain is its sentence (``rule.<name>`` in
+common/messages/rules/sentences.yaml), formatted with the fact's fields. The readings of the current engine's facts are in
 rules/current_engine.py.
 """
 from __future__ import annotations

@@ -233,7 +233,7 @@ def read_retest(st: dict, f: dict, verdict: str) -> None:
     if why:
         verdict = "fail"
     st["retest_why"] = why
-    st["retest_measured"] = f.get("measured") is not False and f.get("peak") is not None
+    st["retest_measured"] = f["measured"] and f.get("peak") is not None
     st["last_retest"] = {k: f.get(k) for k in ("answered", "eval_count", "prompt_tokens", "task_tokens",
                                                 "repeat_share", "errors")}
     if st["retest"] in ("none", "pass"):

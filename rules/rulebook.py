@@ -2,7 +2,7 @@
 with durable_rules, and the words each firing leaves in the why chain.
 
 Every rule lives in the one ruleset :data:`TREE` and is named; its sentences
-come from the catalog (rules/sentences.yaml) under that name.
+come from the catalog (common/messages/rules/sentences.yaml) under ``rule.<name>``.
 
 - A *reading* rule (:func:`register_readings`, one table row each) consumes one
   posted fact joined with the session's state, records what it means, and
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from common.catalog import pair, t, templates
 from rules import thresholds
-from rules.catalog import sentence
 from rules.configs import current_ctx
 from rules.durable import RULESET, load_durable
 from rules.record import note_unmeasured
@@ -68,7 +68,7 @@ RULES: dict[str, Rule] = {}
 
 
 def _cite(name: str, layer: str, priority: int) -> tuple[str, str]:
-    en, zh = sentence(name)
+    en, zh = templates(f"rule.{name}")
     RULES[name] = Rule(name, layer, priority, en, zh)
     return en, zh
 
@@ -90,10 +90,6 @@ class Reading:
 
 #: size fields a reading note shows in GiB/MiB as ``<field>_h``
 _SIZES = ("peak", "total", "limit", "used_after", "used_settled", "size", "size_vram", "drift_per_min")
-
-
-#: where the model went, as the Chinese notes say it
-_PLACEMENT_ZH = {"gpu": "全部在 GPU", "partial": "部分在 CPU", "cpu": "全部在 CPU"}
 
 
 class _Loose(dict):
@@ -132,7 +128,9 @@ def _register_reading(row: Reading) -> None:
         fields = _Loose(posted)
         fields.update({k + "_h": format_size(posted.get(k)) for k in _SIZES})
         fields["fit_limit_h"] = format_size(st["fit_limit"])
-        fields["placement_zh"] = _PLACEMENT_ZH.get(posted.get("placement"), "?")
+        placement = posted.get("placement")
+        fields["placement_zh"] = (t(f"rulebook.placement.{placement}", "zh")
+                                  if placement in ("gpu", "partial", "cpu") else "?")
         st["trail"].append({"rule": name, "seq": posted.get("_seq"),
                             "note": en.format_map(fields), "note_zh": zh.format_map(fields)})
         recompute_flags(st)
@@ -201,7 +199,7 @@ def step_fields(st: dict, step: dict) -> dict:
     """The fields a deciding rule's sentence may name."""
     args = step.get("args") or {}
     config = step.get("config") or {}
-    verified = st["config_verified"]
+    verified, verified_zh = pair("rulebook.verified.yes" if st["config_verified"] else "rulebook.verified.no")
     return {
         "model": st["model"] or "?",
         "tag": st["tag"] or "?",
@@ -220,6 +218,6 @@ def step_fields(st: dict, step: dict) -> dict:
         "error": st["tier_crash_error"] or st["probe_error"] or "?",
         "options": len(st["quant_options"]),
         "trials": len(st["quant_options"]) + len(st["quant_rejected"]),
-        "verified": "passed" if verified else "did not pass",
-        "verified_zh": "通过" if verified else "未通过",
+        "verified": verified,
+        "verified_zh": verified_zh,
     }

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from common.catalog import pair
 from rules import thresholds
-from rules.catalog import ADVICE
 from rules.configs import (PROBE_KNOB, base_config, baseline_ctx, config_key, current_ctx, full_config,
                            knobs_changed, unmet_wishes, utilization)
 
@@ -97,7 +97,7 @@ def issue(st: dict, rule: str, step: dict, reason: str, reason_zh: str) -> None:
         step["reason"] = reason
         step["reason_zh"] = reason_zh
     if step["action"] == "done" and step.get("advice"):
-        step["advice_en"], step["advice_zh"] = ADVICE[step["advice"]]
+        step["advice_en"], step["advice_zh"] = pair(f"advice.{step['advice']}")
     seqs = sorted({t["seq"] for t in st["trail"] if "seq" in t})
     entry = {"n": st["n"], "rule": rule, "because": seqs, "chain": st["trail"],
              "next": step, "reason": reason, "reason_zh": reason_zh}

@@ -114,6 +114,22 @@ def fit_limit(limit_bytes: int, margin: float = SAFETY_MARGIN_FRACTION) -> int:
     return int(limit_bytes * (1.0 - margin))
 
 
+def peak_fits(loaded: bool, peak_bytes: int | None, fit_limit_bytes: int) -> bool | None:
+    """The fit test of one measured trial, the same one the ``*_above_limit``
+    reading rules apply: a load that failed does not fit, an unmeasured peak
+    says nothing (None), a measured one fits at or under the limit with margin.
+
+    The context and concurrency searches (``probes/search.py``) call it
+    between two loads, where posting to the engine and waiting for a deciding
+    rule would be a round trip per bisection step; the number and the
+    comparison live here so the rules and the search cannot disagree."""
+    if not loaded:
+        return False
+    if peak_bytes is None:
+        return None
+    return peak_bytes <= fit_limit_bytes
+
+
 def back_to_baseline(before_bytes: int, after_bytes: int, peak_bytes: int) -> bool:
     """Whether usage after a request fell back near the reading before it."""
     rise = max(0, peak_bytes - before_bytes)

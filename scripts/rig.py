@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from oomrig import CURRENT_VERSION, LEGACY_VERSION, Rig, resolve_version
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from assistant.commands import chat as cmd_chat
 from assistant.cli import build_parser
-from assistant.i18n import set_lang
+from common.catalog import set_lang
 
 
 def run_chat(argv: list[str], lines: list[str], width: int = 110) -> tuple[int, str]:

@@ -47,8 +47,10 @@ def _engines() -> list[str]:
     return [name for name, v in VERSIONS.items() if v == version]
 
 
-# the legacy engine's smoke set: the rig itself, the host reader, the second model family
-LEGACY_SMOKE = ("test_rig.py", "test_host_reader.py", "test_gemma_rig.py", "test_memmodel_rig.py")
+# the legacy engine's smoke set: the rig itself, the host reader, the second model family,
+# the memory model, and every probe once against the real server
+LEGACY_SMOKE = ("test_rig.py", "test_host_reader.py", "test_gemma_rig.py", "test_memmodel_rig.py",
+                "test_probes_rig.py")
 
 
 def _legacy_smoke_only() -> bool:
@@ -71,9 +73,27 @@ def pytest_collection_modifyitems(config, items):
                                       (engine == "legacy" and smoke_only and item.path.name not in LEGACY_SMOKE) or
                                       (engine == "current" and item.get_closest_marker("legacy_only") is not None))
         (drop if out else keep).append(item)
+        if engine is not None and not out:
+            item.add_marker(pytest.mark.xdist_group(_rig_group(engine, item)))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+# Under pytest-xdist (scripts/test.sh runs `-n 3 --dist loadgroup`) every rig test
+# runs in its group's one worker, which serves that engine once for the whole
+# group: the legacy engine, the current one, and the fault matrix on a second
+# current-engine server of its own (its faults kill and stop the server it
+# breaks, never the one the other group measures on). Unit tests fill the
+# workers' idle time: a rig test spends most of its wall time waiting on
+# llama-server or on a settle timer.
+FAULTS_GROUP = "rig-current-faults"
+
+
+def _rig_group(engine: str, item) -> str:
+    if engine == "current" and item.get_closest_marker("faults") is not None:
+        return FAULTS_GROUP
+    return f"rig-{engine}"
 
 
 @pytest.fixture(scope="session", params=_engines())
@@ -97,16 +117,16 @@ def rig(request):
 @pytest.fixture(autouse=True)
 def _language_back_as_it_was():
     """A test that sets the session language (zh) must not leave it set for the next one."""
-    from assistant import i18n
+    from common import catalog
 
-    before = i18n._current["lang"]
+    before = catalog._current["lang"]
     yield
-    i18n._current["lang"] = before
+    catalog._current["lang"] = before
 
 
 @pytest.fixture
 def raise_errors(monkeypatch):
-    """Under test, let OomvetError propagate instead of being prettified, and
+    """Under test, let UserError propagate instead of being prettified, and
     a bug inside the intake parser surface instead of reading as "unknown"."""
     monkeypatch.setenv("OOMVET_RAISE", "1")
 

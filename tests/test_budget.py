@@ -6,7 +6,7 @@ import pytest
 
 from assistant.cli import main
 from probes.budget import Budget, Limit, over_limit, parse_budget, resolve_limit
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.memory.base import DeviceInfo, Reading
 from probes.units import SizeError
 

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from assistant.session import render
-from assistant.i18n import set_lang
+from common.catalog import set_lang
 from probes.result import ProbeResult
 from probes.ollama_api import Loaded
 
@@ -105,19 +105,28 @@ def test_why_shows_the_facts_and_the_chain_behind_each_step(lang):
     assert ("依据" if lang == "zh" else "because") in text
 
 
-def test_every_probe_note_key_is_in_the_catalog_in_both_languages_and_says_the_same_in_english():
-    from assistant.i18n import all_messages
-    from probes.notes import TEXT
+def test_every_probe_note_key_is_in_the_catalog_and_says_something_in_chinese():
+    import ast
+    from pathlib import Path
+
+    import yaml
+
+    from common.catalog import all_messages
 
     messages = all_messages()
-    for key, english in TEXT.items():
-        assert key in messages, key
-        assert messages[key]["en"] == english, key
-        assert messages[key]["zh"] and messages[key]["zh"] != english, key
+    root = Path(__file__).resolve().parents[1]
+    written = {node.args[0].value for path in (root / "probes").rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Note"
+               and node.args and isinstance(node.args[0], ast.Constant)}
+    assert "ctx.default" in written and written - set(messages) == set()
+    for name in ("notes.yaml", "budget.yaml"):
+        for key in yaml.safe_load((root / "common" / "messages" / "probes" / name).read_text(encoding="utf-8")):
+            assert messages[key]["zh"] != messages[key]["en"], key
 
 
 def test_a_keyed_note_is_said_in_chinese_with_its_inner_note_too():
-    from assistant.i18n import set_lang
+    from common.catalog import set_lang
     from assistant.session.render import note
     from probes.notes import Note
 

@@ -235,3 +235,29 @@ def test_unverified_config_is_valid_but_says_so(tmp_path):
     out = io.StringIO()
     assert cmd_check.run(argparse.Namespace(file=str(path), json=False, lang="en"), out=out) == 0
     assert "verified is false" in out.getvalue()
+
+
+def test_a_key_yaml_reads_as_true_is_named_as_yaml_read_it(tmp_path):
+    path = _write_case(tmp_path, dumped(ollama__env={"OLLAMA_NUM_PARALLEL": "1", True: "1"}))
+    out = io.StringIO()
+    assert cmd_check.run(argparse.Namespace(file=str(path), json=False, lang="en"), out=out) == 2
+    assert "ollama.env: True is not an Ollama server variable" in out.getvalue().splitlines()[0]
+
+
+def test_an_unknown_variable_is_one_problem_whatever_its_value(tmp_path):
+    path = _write_case(tmp_path, dumped(ollama__env={"OLLAMA_NUM_PARALEL": ["4"]}))
+    out = io.StringIO()
+    assert cmd_check.run(argparse.Namespace(file=str(path), json=False, lang="en"), out=out) == 2
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "'OLLAMA_NUM_PARALEL' is not an Ollama server variable" in lines[0]
+
+
+def test_problems_come_in_the_order_of_the_sections_unknown_keys_first(tmp_path):
+    path = _write_case(tmp_path, dumped(generated__who="me", max_ctx=1, verified="yes", kv_cache="fp32",
+                                        diagnosis__cause="gremlins", ollama__from="other:q4_0"))
+    out = io.StringIO()
+    cmd_check.run(argparse.Namespace(file=str(path), json=False, lang="en"), out=out)
+    lines = out.getvalue().splitlines()[:-1]
+    expected = ["unknown key 'max_ctx'", "verified must be", "kv_cache must be", "ollama.from is",
+                "diagnosis.cause must be", "unknown key 'generated.who'"]
+    assert len(lines) == len(expected) and all(want in line for want, line in zip(expected, lines)), lines

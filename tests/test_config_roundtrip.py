@@ -39,7 +39,7 @@ def sample_result(**changes) -> dict:
             "readings": {"idle": 100 * MiB, "after_load": 380 * MiB, "settled": 381 * MiB, "peak": 620 * MiB},
             "stability": {"kind": "stability", "config": {"num_ctx": 4096, "num_batch": 512}, "eval_count": 256,
                           "done_reason": "length", "answered": True, "prompt_tokens": 500, "task_tokens": 500,
-                          "repeat_share": 0.0, "errors": [], "_seq": 6},
+                          "repeat_share": 0.0, "errors": [], "measured": True, "_seq": 6},
         },
         # what the probes measured (no verdict), and below how the rules read each one
         "facts": [

@@ -138,17 +138,17 @@ def test_drip_delivers_everything_slowly(upstream):
 def test_a_reply_that_drips_past_the_timeout_ends_the_call_in_time(upstream):
     """httpx bounds each read; a reply that keeps dripping bytes faster than
     that would never time out. The Ollama wrapper bounds the whole reply."""
-    from probes.errors import ServerUnreachableError
+    from common.errors import ServerUnreachable
     from probes.memory.ollama_ps import OllamaPsReader
     from probes.ollama_api import Ollama
 
     with FaultProxy(target=upstream, mode="drip", drip_bytes=4, drip_interval_s=0.1) as p:
         api = Ollama(p.url, timeout_s=1.0)
         t0 = time.monotonic()
-        with pytest.raises(ServerUnreachableError, match=r"did not finish a reply within 1 s"):
+        with pytest.raises(ServerUnreachable, match=r"did not finish a reply within 1 s"):
             api.generate("neohorse:q8", "hello")
         assert time.monotonic() - t0 < 2.0
-        with pytest.raises(ServerUnreachableError, match=r"within 1 s"):
+        with pytest.raises(ServerUnreachable, match=r"within 1 s"):
             api.ps()
         # /api/ps as the memory source of a remote server: a dripping reply is a failed reading
         t0 = time.monotonic()
@@ -209,13 +209,13 @@ def test_unknown_mode_is_refused():
 def test_settle_waits_for_a_request_the_caller_gave_up_on(upstream):
     """A load cut by Ctrl-C goes on in the server; the restore waits for it
     (Ollama.settle) so its unload is not overtaken by the load."""
-    from probes.errors import ServerUnreachableError
+    from common.errors import ServerUnreachable
     from probes.ollama_api import Ollama
 
     with FaultProxy(target=upstream, mode="drip", paths=("/api/ps",), drip_bytes=8, drip_interval_s=0.05) as p:
         api = Ollama(p.url, timeout_s=0.2)  # the /api/ps reply takes over a second here
-        with pytest.raises(ServerUnreachableError):
+        with pytest.raises(ServerUnreachable):
             api.ps()
-        assert api._running  # still being answered
+        assert api.in_flight()  # still being answered
         assert api.settle(0.0) is False  # no wait: it is still there
-        assert api.settle(5.0) is True and not api._running
+        assert api.settle(5.0) is True and not api.in_flight()

@@ -124,7 +124,7 @@ def test_a_budget_answer_of_a_small_bare_number_asks_for_a_unit_rather_than_read
 
 def test_an_answers_file_budget_without_a_unit_is_refused_in_one_line(tmp_path):
     from assistant.session.answers import load_answers
-    from assistant.errors import UsageError
+    from common.errors import UsageError
     path = tmp_path / "answers.yaml"
     path.write_text("budget: 6\n", encoding="utf-8")
     with pytest.raises(UsageError) as caught:

@@ -162,8 +162,8 @@ class _FakeApi:
 
     def ps(self):
         if self.down:
-            from probes.errors import ServerUnreachableError
-            raise ServerUnreachableError("no Ollama server answers at http://127.0.0.1:1")
+            from common.errors import ServerUnreachable
+            raise ServerUnreachable("no Ollama server answers at http://127.0.0.1:1")
         return list(self.loaded_)
 
     def unload(self, name):

@@ -8,8 +8,12 @@ bytes from the journal alone, the simulated server long gone.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -23,24 +27,38 @@ SCENARIO = ROOT / "scenarios" / "kv_cache.yaml"
 ANSWERS = ROOT / "scenarios" / "kv_cache.answers.yaml"
 
 
-def _diagnose(out: Path, capsys) -> dict:
-    code = main(["diagnose", "--simulate", str(SCENARIO), "--answers", str(ANSWERS), "--settle", "0.2",
-                 "--out", str(out), "--json"])
-    payload = json.loads(capsys.readouterr().out)
-    payload["exit"] = code
-    return payload
-
-
 def _sessions(capsys) -> list[dict]:
     assert main(["sessions", "--json"]) == 0
     return json.loads(capsys.readouterr().out)["sessions"]
 
 
+@pytest.fixture(scope="module")
+def _journalled(tmp_path_factory):
+    """One simulated diagnosis for the whole module (the tests only read it
+    or cut a copy of its journal): its JSON, its journal folder, its files."""
+    base = tmp_path_factory.mktemp("journalled")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OOMVET_STATE_DIR", str(base / "state"))
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(["diagnose", "--simulate", str(SCENARIO), "--answers", str(ANSWERS), "--settle", "0.2",
+                         "--out", str(base / "first"), "--json"])
+    payload = json.loads(printed.getvalue())
+    payload["exit"] = code
+    return payload, base
+
+
 @pytest.fixture
-def finished(tmp_path, capsys):
-    payload = _diagnose(tmp_path / "first", capsys)
+def finished(_journalled, tmp_path, capsys):
+    """The module's diagnosis, its journal copied into this test's state folder."""
+    payload, base = _journalled
+    state = Path(os.environ["OOMVET_STATE_DIR"])
+    state.mkdir(parents=True, exist_ok=True)
+    for db in (base / "state").glob(DB_NAME + "*"):
+        shutil.copy2(db, state / db.name)
+    shutil.copytree(base / "first", tmp_path / "first")
     (row,) = _sessions(capsys)
-    return payload, row, tmp_path
+    return copy.deepcopy(payload), row, tmp_path
 
 
 def test_a_finished_session_is_listed_with_its_cause_and_verdict(finished):

@@ -9,7 +9,7 @@ import pytest
 
 from assistant.cli import main
 from assistant.commands.devices import build_report, render
-from assistant.i18n import set_lang
+from common.catalog import set_lang
 from probes.budget import parse_budget
 from probes.memory.select import select_reader
 from tests.fake_nvml import GiB, FakeNvml

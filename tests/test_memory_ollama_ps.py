@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from probes.errors import ServerUnreachableError
+from common.errors import ProbeError, ServerUnreachable
 from probes.memory.ollama_ps import LABEL, OllamaPsReader, fetch_ps, ollama_estimate
 
 GiB = 1 << 30
@@ -41,13 +41,15 @@ def test_client_objects_are_accepted_too():
     assert [e.size_vram_bytes for e in est] == [6 * GiB, 7 * GiB, 0]
 
 
-class FakeClient:
+class FakeApi:
+    """The gateway's ``ps_rows`` answering from a queue (an exception is raised)."""
+
     def __init__(self, answers):
         self.answers = list(answers)
         self.history = []
 
-    def ps(self):
-        self.history.append("ps")
+    def ps_rows(self):
+        self.history.append("ps_rows")
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -55,15 +57,23 @@ class FakeClient:
 
 
 def test_fetch_ps_reads_models_and_unreachable_is_exit_3():
-    client = FakeClient([{"models": PS}, ConnectionError("[Errno 111] Connection refused")])
-    assert [m["name"] for m in fetch_ps(client=client)] == ["neohorse-1:q8_0", "big:q4", "cpu-only"]
-    with pytest.raises(ServerUnreachableError) as err:
-        fetch_ps("http://127.0.0.1:9", client=client)
+    api = FakeApi([PS, ServerUnreachable("no Ollama server answers at http://127.0.0.1:9")])
+    assert [m["name"] for m in fetch_ps(api=api)] == ["neohorse-1:q8_0", "big:q4", "cpu-only"]
+    with pytest.raises(ServerUnreachable) as err:
+        fetch_ps("http://127.0.0.1:9", api=api)
+    assert err.value.exit_code == 3 and "did not answer /api/ps" in str(err.value)
+    assert api.history == ["ps_rows", "ps_rows"]
+
+
+def test_an_answer_fetch_ps_cannot_read_counts_as_no_answer():
+    api = FakeApi([ProbeError("the Ollama server at http://h:1 sent an answer oomvet cannot read: x")])
+    with pytest.raises(ServerUnreachable) as err:
+        fetch_ps("http://h:1", api=api)
     assert err.value.exit_code == 3
 
 
 def test_ps_reader_reports_estimate_and_never_claims_a_device_total():
-    reader = OllamaPsReader(client=FakeClient([{"models": PS}, {"models": PS}]))
+    reader = OllamaPsReader(api=FakeApi([PS, PS]))
     usable, reason = reader.probe()
     assert usable and "not a measurement" in reason
     r = reader.read()

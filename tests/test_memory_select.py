@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.memory.host import is_unified_memory_host
 from probes.memory.select import SOURCE_ORDER, select_reader
 from tests.fake_nvml import GiB, FakeNvml

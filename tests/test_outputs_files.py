@@ -13,7 +13,7 @@ import yaml
 from assistant.files.atomic import AtomicWriter
 from assistant.commands.apply import Applier, ApplyError
 from assistant.config import OLLAMA_ENV_VARS, build_config, dump_config
-from assistant.errors import ServerUnreachable, UsageError
+from common.errors import ServerUnreachable, UsageError
 from assistant.files.outputs import created_model_name, render_files, write_outputs
 from tests.test_config_check import FakeRunner
 from tests.test_config_roundtrip import sample_result
@@ -362,7 +362,7 @@ def test_dry_run_in_chinese_keeps_the_commands_and_translates_the_comments(tmp_p
 
 def test_check_out_dir_refuses_what_could_not_be_written_and_creates_nothing(tmp_path, monkeypatch):
     from assistant.files.atomic import check_out_dir
-    from assistant.errors import UsageError
+    from common.errors import UsageError
 
     check_out_dir(tmp_path / "new" / "deeper")  # a folder that can be made: fine, and not made yet
     assert not (tmp_path / "new").exists()

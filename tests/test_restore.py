@@ -12,7 +12,7 @@ import pytest
 
 from probes import base
 from probes.base import restore
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.ollama_api import Generation, Loaded
 
 

@@ -80,6 +80,16 @@ def test_a_fact_outside_the_contract_is_refused(fact, message):
             adv.post(fact)
 
 
+def test_a_stability_fact_must_say_whether_its_peak_was_measured():
+    retest = {"kind": "stability", "config": {"model": MODEL}, "eval_count": 256, "done_reason": "length",
+              "answered": True, "errors": [], "peak": 1 * GiB}
+    with Advisor() as adv:
+        with pytest.raises(FactError, match="stability fact is missing field 'measured'"):
+            adv.post(retest)
+        adv.post(dict(retest, measured=True))
+        assert adv.facts()[-1]["measured"] is True
+
+
 def test_a_batch_with_one_bad_fact_is_refused_whole():
     with Advisor() as adv:
         with pytest.raises(FactError):

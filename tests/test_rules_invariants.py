@@ -161,7 +161,7 @@ def test_a_retest_of_another_config_does_not_verify_the_change():
         other = dict(change["config"], max_context_len=8192)
         after = adv.post_many([
             {"kind": "stability", "config": other, "eval_count": 256, "done_reason": "length", "answered": True,
-             "repeat_share": 0.0, "errors": []},
+             "repeat_share": 0.0, "errors": [], "peak": 1 * GiB, "measured": True},
             {"kind": "probe_done", "probe": "stability", "ok": True}])
         assert label(after) == "probe:quant"  # reverted: the next remedy, not a verified 4096
         assert adv.why()[-1]["chain"][0]["rule"] == "retest_on_another_config"

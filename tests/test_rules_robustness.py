@@ -65,7 +65,8 @@ def _random_fact(rng: random.Random) -> dict:
         return {"kind": "stability", "config": rng.choice([{}, {"model": MODEL, "max_context_len": 2048}]),
                 "eval_count": _maybe(rng, 256), "done_reason": _maybe(rng, "length"), "answered": rng.random() < 0.7,
                 "prompt_tokens": rng.choice([None, 600, 1200]), "task_tokens": rng.choice([None, 1200]),
-                "repeat_share": rng.choice([0.0, 0.1, 0.5]), "errors": [], "peak": rng.choice(SIZES)}
+                "repeat_share": rng.choice([0.0, 0.1, 0.5]), "errors": [], "peak": rng.choice(SIZES),
+                "measured": rng.random() < 0.8}
     if kind == "answer":
         return {"kind": "answer", "question": rng.choice(["symptom", "model", "want_ctx", "want_parallel", "budget",
                                                           "keep_context", "refuse", "colour"]),
@@ -103,7 +104,7 @@ def test_answering_each_step_with_random_measurements_always_ends(seed):
                 config = step["config"] if step["action"] == "change" else step["args"]["config"]
                 facts = [{"kind": "stability", "config": config, "eval_count": 256, "done_reason": "length",
                           "answered": rng.random() < 0.8, "repeat_share": 0.0, "errors": [],
-                          "peak": rng.choice([None, 12 * GiB, 23 * GiB])},
+                          "peak": (peak := rng.choice([None, 12 * GiB, 23 * GiB])), "measured": peak is not None},
                          {"kind": "probe_done", "probe": "stability", "ok": True}]
             else:
                 kinds = {"baseline": "load", "context": "tier", "quant": "quant_trial", "backend": "knob_trial"}

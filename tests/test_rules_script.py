@@ -115,7 +115,8 @@ def unmeasured_retest(reason="3 of 40 memory readings failed"):
 
 
 def crashed():
-    return {"answered": False, "repeat_share": None, "peak": None,
+    """The runner died mid-task; the device readings went on (the peak up to the crash)."""
+    return {"answered": False, "repeat_share": None, "peak": RETEST_PEAK, "measured": True,
             "errors": ["llama runner process has terminated"]}
 
 

@@ -14,7 +14,7 @@ import pytest
 from probes import sanity
 from probes.base import ProbeEnv
 from probes.step import Step, measure_checked, sampled
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.memory.base import Reading
 from probes.sampler import Sampler
 

@@ -153,3 +153,14 @@ def test_concurrency_search_finds_the_most_slots_that_fit():
     result = search_parallel(measure, cal, fit_limit, 4096, want=8)
     truth = max(p for p in range(1, 9) if machine.peak(4096, p) <= fit_limit)
     assert result.best == truth and result.loads <= 4
+
+
+def test_a_trial_fits_by_the_rules_own_test_at_the_margin_line():
+    # the search and the *_above_limit reading rules compare the same way:
+    # at the line fits, one byte over does not, a failed load never, unmeasured says nothing
+    from rules.thresholds import peak_fits
+    assert Trial(4096, ok=True, peak=1000).fits(1000) is True
+    assert Trial(4096, ok=True, peak=1001).fits(1000) is False
+    assert Trial(4096, ok=False, peak=10).fits(1000) is False
+    assert Trial(4096, ok=True, peak=None).fits(1000) is None
+    assert peak_fits(True, 1000, 1000) and not peak_fits(True, 1001, 1000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes.errors import ServerUnreachableError
+from common.errors import ServerUnreachable
 from probes.serverinfo import engine_of, knobs_for, read_server, server_fact, vram_tier
 from probes.serverlog import parse
 from rules.facts import validate
@@ -78,7 +78,7 @@ def test_knob_tables_differ_by_engine():
 
 def test_an_unreachable_server_has_no_version_and_says_why():
     def down():
-        raise ServerUnreachableError("no Ollama server answers at http://127.0.0.1:1")
+        raise ServerUnreachable("no Ollama server answers at http://127.0.0.1:1")
 
     fact = validate(read_server(down, env={}))
     assert fact["version"] is None and "no Ollama server answers" in fact["unknown"]["version"]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from assistant.cli import build_parser, main
-from assistant.errors import UsageError
+from common.errors import UsageError
 from assistant.intake import parse as parse_intake
 from assistant.session.answers import answer_facts, load_answers
 from assistant.session.args import SessionOptions
@@ -123,6 +123,6 @@ def test_an_answers_file_budget_over_what_the_device_gives_is_named_as_written(t
     budget = load_answers(answers)["budget"]
     limit = resolve_limit(budget, GPU, Reading(0.0, 4 * GiB, 8 * GiB, 4 * GiB))
     assert limit.note == "budget: 80% in the answers file (6.40 GiB) is more than RTX 4060 can give; the limit is 4.00 GiB"
-    assert limit.note_zh.startswith("答案文件中的 budget: 80%（6.40 GiB）超过了")
+    assert limit.text("zh").startswith("答案文件中的 budget: 80%（6.40 GiB）超过了")
     # asked as a question, the typed budget answers like the words it was read from
     assert answer_facts("budget", budget, device_total=10 * GiB)[0]["value"] == 8 * GiB

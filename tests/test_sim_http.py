@@ -241,7 +241,7 @@ def test_parallel_requests_share_the_slots():
 
 
 def test_a_busy_port_is_one_clear_error(handle):
-    from probes.errors import ProbeError
+    from common.errors import ProbeError
 
     with pytest.raises(ProbeError, match=r"cannot listen on 127\.0\.0\.1:\d+"):
         sim.start(make(), port=handle.server.port)

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from oomsim.scenario import ScenarioError, load_scenario, scenario_from_dict
 
 GiB, MiB = 1 << 30, 1 << 20

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.ollama_api import Ollama
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from probes.errors import ServerUnreachableError
+from common.errors import ServerUnreachable
 from probes.server import free_port, wait_until_up
 
 
@@ -35,7 +35,7 @@ def test_something_else_on_the_port_ends_the_wait_at_once():
     server, host = _serve(_Handler)
     try:
         started = time.monotonic()
-        with pytest.raises(ServerUnreachableError, match="did not answer as Ollama does"):
+        with pytest.raises(ServerUnreachable, match="did not answer as Ollama does"):
             wait_until_up(host, timeout_s=30)
         assert time.monotonic() - started < 5
     finally:
@@ -56,6 +56,6 @@ def test_the_version_is_read_once_the_server_answers():
 def test_nobody_listening_is_one_error_after_the_timeout():
     host = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
-    with pytest.raises(ServerUnreachableError, match=r"did not answer within 1s"):
+    with pytest.raises(ServerUnreachable, match=r"did not answer within 1s"):
         wait_until_up(host, timeout_s=1)
     assert 0.9 < time.monotonic() - started < 5

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from assistant.config import load_config, ollama_of
-from assistant.errors import EXIT_NO_FIT, EXIT_OK, OomvetError, ServerUnreachable, UsageError
-from assistant.i18n import LANGS, catalog, t
+from common.catalog import LANGS, t
+from common.errors import ExitCode, ServerUnreachable, UsageError, UserError
 from assistant.files.outputs import MODELFILE_NAME, created_model_name, modelfile_text, restart_commands, server_env
 from probes.server import DEFAULT_HOST
 
@@ -34,10 +34,8 @@ _NAME = re.compile(r"^(?:\w[\w-]*/)?\w[\w.-]{0,79}(?::\w[\w.-]{0,79})?$", re.ASC
 _HOST = re.compile(r"^(?:https?://)?[A-Za-z0-9._\-\[\]:]+(?::\d+)?/?$")
 _UNREACHABLE = ("could not connect", "connection refused", "no such host", "connect: ")
 
-MSG = catalog("cmd_apply")
 
-
-class ApplyError(OomvetError):
+class ApplyError(UserError):
     """``ollama create`` failed for a reason other than an unreachable server; one line, exit 2."""
 
 
@@ -87,7 +85,7 @@ class Applier:
         doc = load_config(path, lang)  # ConfigError (exit 2) before anything runs
         if not doc.get("model") or doc.get("fits") is False:
             self._say(t("apply.nothing", lang, path=path))
-            return EXIT_NO_FIT
+            return ExitCode.NO_FIT
         name = name or created_model_name(doc)
         if not _NAME.match(name):
             raise UsageError(t("apply.bad_name", lang, name=name))
@@ -115,7 +113,7 @@ class Applier:
         if dry_run:
             self._env_steps(doc, env, binary, name, lang)
             self._say(t("apply.dry_run", lang))
-            return EXIT_OK
+            return ExitCode.OK
 
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             raise UsageError(t("apply.no_binary", lang, bin=binary), hint=t("apply.no_binary_hint", lang))
@@ -141,7 +139,7 @@ class Applier:
             raise ApplyError(t("apply.create_failed", lang, name=name, detail=detail))
         self._say(t("apply.created", lang, name=name, host=host))
         self._env_steps(doc, env, binary, name, lang)
-        return EXIT_OK
+        return ExitCode.OK
 
     def _env_steps(self, doc, env: Mapping[str, str], binary: str, name: str, lang) -> None:
         if env:

@@ -11,15 +11,14 @@ from rich.text import Text
 
 from assistant.files.atomic import check_out_dir
 from assistant.files.deliver import deliver
-from assistant.i18n import catalog, set_lang, t
+from common.catalog import set_lang, t
+from common.errors import ExitCode
 from assistant.intake import parse as parse_intake
 from assistant.intake import learned
 from assistant.session.loop import Session
 from assistant.session.args import SessionOptions, add_session_args
 from assistant.session.ui import ChatUI, QuitSession
 from assistant.session.world import open_world
-
-MSG = catalog("cmd_chat")
 
 
 def add_parser(sub) -> None:
@@ -67,7 +66,7 @@ def run(args, console: Console | None = None, stream=None) -> int:
         return outcome.exit_code
     except (QuitSession, KeyboardInterrupt):
         console.print(t("chat.bye"))
-        return 130 if stream is None else 0
+        return ExitCode.INTERRUPTED if stream is None else ExitCode.OK
 
 
 def _heard(intake) -> str:

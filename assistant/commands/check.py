@@ -11,10 +11,8 @@ import json
 import sys
 
 from assistant.config import ConfigError, inspect_text, read_text
-from assistant.errors import EXIT_OK, EXIT_USAGE
-from assistant.i18n import LANGS, catalog, t
-
-MSG = catalog("cmd_check")
+from common.catalog import LANGS, t
+from common.errors import ExitCode
 
 
 def add_parser(subparsers) -> None:
@@ -43,13 +41,13 @@ def run(args, out=None) -> int:
             "fits": bool(doc.get("fits", True)) if doc else None,
             "model": doc.get("model") if doc else None,
         }, ensure_ascii=False), file=out)
-        return EXIT_USAGE if problems else EXIT_OK
+        return ExitCode.USAGE if problems else ExitCode.OK
     if problems:
         for problem in problems:
             # a read error already names the file
             print(problem if unreadable else f"{path}: {problem}", file=out)
         print(t("check.summary", lang, path=path, n=len(problems)), file=out)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if doc.get("model") and doc.get("fits", True):
         print(t("check.valid", lang, path=path, model=doc["model"], ctx=doc.get("max_context_len"),
                 batch=doc.get("max_batch_size"), par=doc.get("max_concurrency"), quant=doc.get("quant_type"),
@@ -58,4 +56,4 @@ def run(args, out=None) -> int:
         print(t("check.valid_nofit", lang, path=path), file=out)
     if not doc.get("verified"):
         print(t("check.unverified", lang, path=path), file=out)
-    return EXIT_OK
+    return ExitCode.OK

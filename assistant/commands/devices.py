@@ -14,9 +14,10 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from assistant.i18n import catalog, get_lang, set_lang, t
+from common.catalog import get_lang, pair, set_lang, t
+from common.errors import ExitCode, ProbeError, ServerUnreachable
+
 from probes.budget import resolve_limit
-from probes.errors import ProbeError, ServerUnreachableError
 from assistant.session.world import WorldOptions, add_world_args, host_from, open_world
 from probes.memory import SOURCE_ORDER, fetch_ps, ollama_estimate, select_reader
 from probes.memory.ollama_ps import LABEL
@@ -27,13 +28,9 @@ from probes.units import fmt_size
 MEASURED_LABEL = "the server's own measurement"
 
 
-MSG = catalog("cmd_devices")
-
-
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("devices", help=MSG["cmd_devices.help"]["en"],
-                              description=MSG["cmd_devices.help"]["en"] + " / "
-                              + MSG["cmd_devices.help"]["zh"])
+    p = subparsers.add_parser("devices", help=t("cmd_devices.help", "en"),
+                              description=" / ".join(pair("cmd_devices.help")))
     add_world_args(p)  # --host / --rig / --simulate, --budget, --memory-source: the same world as diagnose
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--lang", choices=("en", "zh"), default=None)
@@ -47,7 +44,7 @@ def run(args) -> int:
     options = WorldOptions.from_args(args)
     try:
         report = _world_report(options, log)
-    except ServerUnreachableError:
+    except ServerUnreachable:
         if options.rig or options.simulate:
             raise
         report = _local_report(options)  # no server: what this machine has is still worth showing
@@ -55,7 +52,7 @@ def run(args) -> int:
         sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(render(report, get_lang()))
-    return 0
+    return ExitCode.OK
 
 
 def _world_report(options: WorldOptions, log) -> dict:

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from assistant.session.answers import load_answers
 from assistant.files.atomic import check_out_dir
-from assistant.i18n import catalog, set_lang, t
+from common.catalog import set_lang, t
 from assistant.journal.store import open_log, tracking
 from assistant.intake import parse as parse_intake
 from assistant.session.loop import Session
@@ -22,8 +22,6 @@ from assistant.session.args import SessionOptions, add_session_args
 from assistant.session.ui import AutoUI
 from assistant.session.world import open_world
 from probes.units import fmt_size
-
-MSG = catalog("cmd_diagnose")
 
 
 def add_parser(sub) -> None:
@@ -45,7 +43,7 @@ def run(args, *, resume_log=None) -> int:
     lang = set_lang(args.lang or answers.get("lang"))
     model = args.model or answers.get("model")
     if not model:
-        from assistant.errors import UsageError
+        from common.errors import UsageError
         raise UsageError(t("diagnose.model"))
     check_out_dir(options.out)  # a folder the files cannot go to is refused before minutes of measuring
     err = Console(stderr=True)

@@ -15,13 +15,11 @@ import os
 import sys
 from dataclasses import replace
 
-from assistant.errors import EXIT_OK, UsageError
-from assistant.i18n import LANGS, catalog, get_lang, t
+from common.catalog import LANGS, get_lang, t
+from common.errors import ExitCode, UsageError
 from assistant.intake import Intake, has_words, parse, phase_text
 from probes.server import DEFAULT_HOST
 from probes.units import fmt_size
-
-MSG = catalog("cmd_intake")
 
 
 def add_parser(subparsers) -> None:
@@ -72,7 +70,7 @@ def run(args) -> int:
         print(json.dumps(out, ensure_ascii=False))
     else:
         _print_summary(intake, lang, llm_report)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def with_llm(intake: Intake, text: str, model: str, host: str) -> tuple[Intake, dict]:

@@ -16,21 +16,20 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from assistant.errors import UsageError
-from assistant.i18n import catalog, t
+from common.catalog import pair, t
+from common.errors import ExitCode, UsageError
+
 from assistant.session.world import WorldOptions, add_world_args, open_world, require_model
 from probes import memmodel, predict
 from probes.units import SizeError, fmt_size, parse_size
 from rules.thresholds import fit_limit
 
-MSG = catalog("cmd_plan")
 
 STEP = 256
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("plan", help=MSG["cmd_plan.help"]["en"],
-                              description=MSG["cmd_plan.help"]["en"] + " / " + MSG["cmd_plan.help"]["zh"])
+    p = subparsers.add_parser("plan", help=t("cmd_plan.help", "en"), description=" / ".join(pair("cmd_plan.help")))
     add_world_args(p)
     p.add_argument("--vram", metavar="SIZE", help="the card to plan for (default: this device, or --budget)")
     p.add_argument("--ctx", metavar="N", help="also show the total at this num_ctx (default: the server's default)")
@@ -118,13 +117,13 @@ def run(args) -> int:
         result = plan(world.env.api, model, planned, world.env.control.env(), card, ctx, parallel, kv)
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
-        return 0
+        return ExitCode.OK
     out = Console()
     out.print(render(result, ctx))
     first = result["tags"][0]
     verdict = t("cmd_plan.default_fits") if first["default_fits"] else t("cmd_plan.default_over")
     out.print(t("cmd_plan.default_note", ctx=first["server_default_ctx"], verdict=verdict), highlight=False)
-    return 0
+    return ExitCode.OK
 
 
 def render(result: dict, ctx: int | None) -> Table:

@@ -12,7 +12,9 @@ import sys
 from rich.console import Console
 
 from assistant.session import render
-from assistant.i18n import catalog, get_lang, set_lang, t
+from common.catalog import get_lang, set_lang, t
+from common.errors import ExitCode
+
 from assistant.session.args import settle_s
 from assistant.session.world import WorldOptions, add_world_args, open_world, require_model
 from probes import backend, baseline, context, quant, stability
@@ -22,8 +24,6 @@ from rules.thresholds import fit_limit
 from probes.units import fmt_size
 
 NAMES = ("baseline", "context", "quant", "backend", "stability")
-
-MSG = catalog("cmd_probe")
 
 
 def add_parser(sub) -> None:
@@ -53,7 +53,7 @@ def run(args) -> int:
     model = require_model(args)
     err = Console(stderr=True)
     if args.name == "backend" and (args.knob is None or args.value is None):
-        from assistant.errors import UsageError
+        from common.errors import UsageError
         raise UsageError(t("probe.knob_needed"))
     value = args.value
     if args.name == "backend" and args.knob != "kv_cache_type":
@@ -79,7 +79,7 @@ def run(args) -> int:
             out.print(t("render.reading", text=reading["note_zh" if lang_zh else "note"]), highlight=False)
         for note in result.notes:
             out.print(t("probe.note", text=render.note(note)), highlight=False)
-    return 0 if result.ok else 1
+    return ExitCode.OK if result.ok else ExitCode.NO_FIT
 
 
 def read_result(name: str, result, limit: int | None, on_gpu: bool) -> list[dict | None]:
@@ -114,7 +114,7 @@ def _dispatch(args, world, model, value):
 
 
 def _positive_int(text: str) -> int:
-    from assistant.errors import UsageError
+    from common.errors import UsageError
 
     try:
         value = int(text)

@@ -14,12 +14,11 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from assistant.errors import EXIT_USAGE, UsageError
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import ExitCode, UsageError
 from assistant.commands import diagnose
 from assistant.journal.store import Journal
 
-MSG = catalog("cmd_sessions")
 
 COLUMNS = ("id", "started", "model", "server", "cause", "verified", "state")
 
@@ -47,17 +46,17 @@ def run_sessions(args) -> int:
         path = journal.path
     if args.json:
         sys.stdout.write(json.dumps({"sessions": rows}, ensure_ascii=False) + "\n")
-        return 0
+        return ExitCode.OK
     console = Console()
     if not rows:
         console.print(t("sessions.none", path=path), markup=False, highlight=False)
-        return 0
+        return ExitCode.OK
     table = Table(*COLUMNS)
     for row in rows:
         table.add_row(*("—" if row[c] is None else ("yes" if row[c] is True else "no" if row[c] is False
                                                      else str(row[c])) for c in COLUMNS))
     console.print(table)
-    return 0
+    return ExitCode.OK
 
 
 def _diagnose_parser() -> argparse.ArgumentParser:
@@ -74,7 +73,7 @@ def run_resume(args) -> int:
         info = log.info
         if log.result is not None:
             print("oomvet: " + t("journal.finished", sid=log.id), file=sys.stderr)
-            return EXIT_USAGE
+            return ExitCode.USAGE
         argv = info.get("argv")
         if info.get("command") != "diagnose" or not argv:
             raise UsageError(t("journal.cannot_resume", sid=log.id, command=info.get("command") or "?"))
@@ -92,4 +91,4 @@ def run_report(args) -> int:
         raise UsageError(t("sessions.unfinished", sid=args.id))
     _, paths = deliver(out, result)
     print(t("sessions.wrote", n=len(paths), out=out, names=", ".join(p.name for p in paths)), file=sys.stderr)
-    return 0
+    return ExitCode.OK

@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import ExitCode
 import oomsim as sim
 from probes.units import fmt_size
-
-MSG = catalog("cmd_simulate")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -49,4 +48,4 @@ def run(args, out=None) -> int:
         print(t("cmd_simulate.stopped", lang), file=out, flush=True)
     finally:
         handle.stop()
-    return 0
+    return ExitCode.OK

@@ -30,15 +30,12 @@ from assistant.config.schema import DIAGNOSIS_KEYS, LIMITS, QUANT_TYPES, REQUIRE
 from assistant.config.yaml_io import (
     ConfigError, check_text, dump_config, inspect_text, load_config, parse_config, read_text,
 )
-from assistant.i18n import catalog
 
 __all__ = [
     "VOCAB", "TOP_KEYS", "REQUIRED", "LIMITS", "QUANT_TYPES", "KV_CACHE_TYPES", "OLLAMA_ENV_VARS", "OLLAMA_OPTIONS",
     "ConfigError", "build_config", "ollama_section", "gpu_overhead_bytes", "env_text", "env_is_on", "ollama_of",
     "dump_config", "parse_config", "load_config", "read_text", "check_text", "inspect_text", "check_config",
 ]
-
-MSG = catalog("config")
 
 
 def build_config(result: Mapping[str, Any]) -> dict:

@@ -16,8 +16,8 @@ import yaml
 from assistant import __version__
 from assistant.config.knobs import VOCAB
 from assistant.config.schema import problems_of
-from assistant.errors import UsageError
-from assistant.i18n import t
+from common.catalog import t
+from common.errors import UsageError
 
 
 class ConfigError(UsageError):

@@ -6,7 +6,7 @@ when all of them are on disk are they renamed into place. A rename replaces the
 target in one step, so a reader never sees half a file; a user's existing file
 is kept as ``NAME.bak`` (unless the new content is the same, which would
 otherwise overwrite an older, different ``.bak``). A folder that cannot be
-written gives one :class:`~assistant.errors.UsageError` line and leaves nothing
+written gives one :class:`~common.errors.UsageError` line and leaves nothing
 behind: no temporaries, no folders we created, no half-replaced set.
 """
 from __future__ import annotations
@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from assistant.errors import UsageError
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import UsageError
 
-MSG = catalog("atomic")
 
 def check_out_dir(out_dir: os.PathLike | str, lang: str | None = None) -> None:
     """Refuse, in one line and before anything is measured, an output folder

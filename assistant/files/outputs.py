@@ -18,9 +18,8 @@ from typing import Any, Callable, Mapping
 from assistant import __version__
 from assistant.files.atomic import write_files
 from assistant.config import dump_config, env_text, ollama_of
-from assistant.i18n import catalog, t
+from common.catalog import t
 
-MSG = catalog("outputs")
 
 CONFIG_NAME = "oomvet.yaml"
 MODELFILE_NAME = "Modelfile"

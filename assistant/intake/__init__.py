@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from assistant.i18n import catalog
 from assistant.intake.context import estimate_ctx, find_ctx
 from assistant.intake import learned
 from assistant.intake.gpus import find_gpus
@@ -39,8 +38,6 @@ from assistant.intake.sizes import find_budget, find_share, size_of
 from assistant.intake.text import blank
 
 __all__ = ["Intake", "detect_lang", "parse", "merge", "without_budget", "size_of", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
-
-MSG = catalog("intake")
 
 
 def parse(text: str, tags: list[str] | None = None) -> Intake:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from assistant.i18n import get_lang
+from common.catalog import get_lang
 from assistant.intake import INTAKE_FIELDS, Intake, detect_lang, has_words, merge, normalise_model, parse
 from rules.facts import PHASES
 

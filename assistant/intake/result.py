@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from assistant.i18n import t
+from common.catalog import t
 from rules.facts import PHASES, validate
 
 

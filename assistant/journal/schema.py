@@ -16,10 +16,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from assistant.errors import JournalError
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import JournalError
 
-MSG = catalog("journal_schema")
 
 #: the schema this code writes; older journals are migrated up to it
 SCHEMA_VERSION = 2

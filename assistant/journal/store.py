@@ -26,8 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from assistant.errors import JournalError
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import JournalError
 from assistant.journal.read import Entry, SessionReader
 from assistant.journal.schema import (DB_NAME, MIGRATIONS, SCHEMA_VERSION, Migration, connect, first_line, now,
                                       state_dir, user_version)
@@ -37,8 +37,6 @@ from assistant.journal.write import (JournalledAdvisor, SessionLog, load_command
 __all__ = ["DB_NAME", "MIGRATIONS", "SCHEMA_VERSION", "Entry", "Journal", "JournalError", "JournalledAdvisor",
            "SessionLog", "SessionReader", "load_command", "open_log", "restart_command", "restore_command",
            "state_dir", "tracking", "undo_cut_changes", "unload_command"]
-
-MSG = catalog("journal")
 
 
 class Journal:

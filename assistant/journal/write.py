@@ -14,14 +14,12 @@ import shlex
 import sys
 from typing import Any, Mapping
 
-from assistant.errors import JournalError, OomvetError
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import JournalError, UserError
 from assistant.journal.read import SessionReader
 from assistant.journal.schema import first_line, now
 from probes.server import DEFAULT_HOST
 from rules.facts import FactError
-
-MSG = catalog("journal_write")
 
 
 class SessionLog(SessionReader):
@@ -97,7 +95,7 @@ class SessionLog(SessionReader):
         self.append("files", {"out": str(out_dir)})
         try:
             doc, paths = deliver(out_dir, result)
-        except OomvetError as exc:
+        except UserError as exc:
             exc.hint = exc.hint or t("journal.keep_hint", sid=self.id)
             raise
         self.append("files_written", {"out": str(out_dir), "names": [p.name for p in paths]})

@@ -12,10 +12,9 @@ import io
 from functools import lru_cache
 from typing import Any, Mapping
 
-from assistant.i18n import catalog, t
+from common.catalog import t
 from probes.units import fmt_size
 
-MSG = catalog("report_chart")
 
 _CJK_FONTS = ("Noto Sans CJK", "Noto Serif CJK", "Source Han", "WenQuanYi", "Droid Sans Fallback",
               "AR PL", "Noto Sans SC", "SimHei", "Microsoft YaHei", "PingFang", "Heiti")

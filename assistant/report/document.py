@@ -19,7 +19,7 @@ import yaml
 
 from assistant.files.atomic import write_files
 from assistant.config import VOCAB
-from assistant.i18n import catalog, t
+from common.catalog import t
 from assistant.files.outputs import modelfile_text, server_env
 from assistant.report.chart import LIMIT_OFF_CHART_RATIO, chart_png, chart_top
 from assistant.report.format import Chart, Code, Heading, Items, Para, Quote, Table, render_html, render_markdown
@@ -30,8 +30,6 @@ __all__ = ["REPORT_HTML", "REPORT_MD", "LIMIT_OFF_CHART_RATIO", "chart_png", "ch
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
-
-MSG = catalog("report")
 
 
 def write_report(out_dir: os.PathLike | str, result: Mapping[str, Any], doc: Mapping[str, Any]) -> list[Path]:

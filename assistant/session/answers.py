@@ -26,16 +26,14 @@ from typing import Any
 
 import yaml
 
-from assistant.errors import UsageError
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import UsageError
 from assistant.intake import Intake, normalise_model, parse, size_of
 from probes.budget import ANSWERS, Budget
 from probes.units import SizeError, parse_size
 
 KEYS = ("symptom", "want_ctx", "want_parallel", "keep_context", "keep_concurrency", "budget", "lang", "model")
 YES_NO_KEYS = ("keep_context", "keep_concurrency")
-
-MSG = catalog("answers")
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,13 @@ from typing import Any, Callable, Protocol
 
 from assistant import __version__
 from assistant.session.answers import answer_facts
-from assistant.errors import EXIT_NO_FIT, EXIT_OK
-from assistant.session import ui as _ui  # noqa: F401  (registers the diagnosis sentences)
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import ExitCode, ProbeError, ServerUnreachable
 from assistant.intake import Intake
 from assistant.intake.llm import Transcript
 from probes import backend, baseline, context, quant, stability
 from probes.base import Cancelled, measured_server_env
 from probes.result import ProbeResult
-from probes.errors import ProbeError, ServerUnreachableError
 from probes.units import fmt_size
 from rules.engine import Advisor
 from rules.facts import MEASUREMENTS
@@ -261,8 +259,8 @@ class Session:
             "transcript": self.transcript.to_json(),
             "lang": self.lang,
         }
-        code = EXIT_OK if (verified and fits and config) else EXIT_NO_FIT
-        if isinstance(self.broken, ServerUnreachableError):
+        code = ExitCode.OK if (verified and fits and config) else ExitCode.NO_FIT
+        if isinstance(self.broken, ServerUnreachable):
             code = self.broken.exit_code
         if self.journal is not None:
             self.journal.finished(result, code)
@@ -310,4 +308,3 @@ def _summary(result: ProbeResult, lang: str) -> str:
     return text
 
 
-MSG = catalog("session")

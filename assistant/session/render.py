@@ -18,14 +18,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from assistant.i18n import catalog, get_lang, t
+from common.catalog import get_lang, t
 from probes.result import SIZE_KEYS
 from probes.units import fmt_size
 
 COMPACT_BELOW = 100  # columns
 
-
-MSG = catalog("render")
 
 _NOTES = [
     (re.compile(r"^not measured: (?P<why>.+)$"), "note.unmeasured"),

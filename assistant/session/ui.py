@@ -5,7 +5,7 @@ Both implement the small UI protocol of :mod:`assistant.session.loop`. The chat
 draws with rich: questions, consent before each probe, a live memory gauge
 against the limit with a sparkline while a probe runs, and the slash
 commands. Ctrl-C during a probe stops that probe (the server is restored);
-a second Ctrl-C quits. Every line printed comes from the i18n catalog.
+a second Ctrl-C quits. Every line printed comes from the catalog (common/catalog.py).
 """
 from __future__ import annotations
 
@@ -23,12 +23,11 @@ from rich.text import Text
 from assistant.session import render
 from assistant.session.answers import Share, parse_answer, parse_yes_no
 from assistant.intake import Intake, without_budget
-from assistant.i18n import catalog, get_lang, set_lang, t
+from common.catalog import get_lang, set_lang, t
 from probes.base import Cancelled
 from probes.result import ProbeResult
 from probes.units import fmt_size
 
-MSG = catalog("ui")
 
 SPARK = "▁▂▃▄▅▆▇█"
 

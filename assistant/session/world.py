@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from assistant.errors import UsageError
-from assistant.i18n import catalog, t
+from common.catalog import t
+from common.errors import UsageError
 from probes.base import ProbeEnv
 from probes.budget import Budget, Limit, parse_budget, resolve_limit
 from probes.units import SizeError
@@ -29,9 +29,6 @@ from probes.serverinfo import read_server
 from probes.serverlog import find_log
 from probes.serverlog import parse as parse_log
 from probes.server import DEFAULT_HOST, ForeignServer
-
-
-MSG = catalog("world")
 
 
 def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = False) -> None:
@@ -150,7 +147,7 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
             except ModuleNotFoundError as exc:
                 if exc.name not in ("oomrig", "gguf", "numpy"):
                     raise
-                from assistant.errors import DependencyError
+                from common.errors import DependencyError
 
                 raise DependencyError(t("world.no_rig", missing=exc.name)) from None
 
@@ -164,7 +161,7 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
             server_pid = local_server(api.host)
             server_log, log_why = find_log(options.server_log) \
                 if server_pid is not None or options.server_log else (None, "the server is elsewhere")
-        api.version()  # unreachable -> ServerUnreachableError (exit 3) before anything else
+        api.version()  # unreachable -> ServerUnreachable (exit 3) before anything else
         blind = None
         if server_pid == UNKNOWN_PID:
             log(t("world.cannot_see_listener"))

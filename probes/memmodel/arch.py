@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 
 MIB = 1 << 20
 GIB = 1 << 30

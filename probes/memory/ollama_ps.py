@@ -15,10 +15,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from probes.deadline import Overdue, within
-from probes.errors import ServerUnreachableError
+from common.errors import ServerUnreachable
 from probes.memory.base import DeviceInfo, ProcessUsage, Reading
-from probes.ollama_api import placement_of
+from probes.ollama_api import Ollama, placement_of
 
 LABEL = "Ollama's estimate"
 
@@ -80,22 +79,17 @@ def ollama_estimate(ps_models: Iterable[Any]) -> list[OllamaEstimate]:
     return out
 
 
-def fetch_ps(host: str | None = None, *, client: Any = None, timeout_s: float = 3.0) -> list[dict]:
-    """``/api/ps`` models as plain dicts. Raises ServerUnreachableError."""
+def fetch_ps(host: str | None = None, *, api: Ollama | None = None, timeout_s: float = 3.0) -> list[dict]:
+    """``/api/ps`` models as plain dicts (``curl HOST/api/ps``), through
+    ``api`` or a gateway to ``host`` (None: the default Ollama host) that
+    gives the whole reply ``timeout_s``. Any failure is ServerUnreachable:
+    a reader beside the measurement has nothing to show then."""
+    where = host or "the default Ollama host"
     try:
-        if client is None:
-            import ollama
-            client = ollama.Client(host=host, timeout=timeout_s)
-        response = within(client.ps, timeout_s)  # the whole reply, not each read: a drip ends too
-    except Overdue:
-        raise ServerUnreachableError(f"Ollama at {host or 'the default Ollama host'} did not finish /api/ps "
-                                     f"within {timeout_s:g} s", hint="check the server, or pass --host") from None
-    except Exception as exc:  # noqa: BLE001 - httpx/ollama errors vary by version
-        where = host or "the default Ollama host"
-        raise ServerUnreachableError(f"Ollama at {where} did not answer /api/ps: {exc}",
+        return (api or Ollama(host, timeout_s=timeout_s)).ps_rows()
+    except Exception as exc:  # noqa: BLE001 - an unreadable answer is as good as none here
+        raise ServerUnreachable(f"Ollama at {where} did not answer /api/ps: {exc}",
                                      hint="start it with `ollama serve`, or pass --host") from None
-    models = response.get("models") if isinstance(response, dict) else getattr(response, "models", None)
-    return [_as_dict(m) for m in models or []]
 
 
 class OllamaPsReader:
@@ -107,20 +101,21 @@ class OllamaPsReader:
 
     name = "ollama-ps"
 
-    def __init__(self, host: str | None = None, *, client: Any = None, field: str = "size_vram"):
+    def __init__(self, host: str | None = None, *, api: Ollama | None = None, field: str = "size_vram"):
         if field not in ("size", "size_vram"):
             raise ValueError(f"field must be size or size_vram, not {field!r}")
         self._host = host
-        self._client = client
+        # one gateway for every read (a reader is read many times a second)
+        self._api = api or Ollama(host, timeout_s=3.0)
         self._field = field
 
     def _estimates(self) -> list[OllamaEstimate]:
-        return ollama_estimate(fetch_ps(self._host, client=self._client))
+        return ollama_estimate(fetch_ps(self._host, api=self._api))
 
     def probe(self) -> tuple[bool, str]:
         try:
             models = self._estimates()
-        except ServerUnreachableError as exc:
+        except ServerUnreachable as exc:
             return False, f"ollama-ps: {exc}"
         return True, f"ollama-ps: {len(models)} model(s) loaded ({LABEL}, not a measurement)"
 
@@ -130,7 +125,7 @@ class OllamaPsReader:
     def read(self) -> Reading:
         try:
             models = self._estimates()
-        except ServerUnreachableError:
+        except ServerUnreachable:
             return Reading(time.monotonic(), None, None, None)
         sizes = [m.size_bytes if self._field == "size" else m.size_vram_bytes for m in models]
         used = sum(sizes) if None not in sizes else None

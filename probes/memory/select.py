@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from probes.errors import ProbeError
+from common.errors import ProbeError
 from probes.memory.base import CommandRunner, MemoryReader
 from probes.memory.host import HostReader
 from probes.memory.nvidia_smi import NvidiaSmiReader

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from assistant.session import ui as _ui  # noqa: F401  (registers the question texts)
-from assistant.i18n import t
+from common.catalog import t
 from probes import context
 from tests.integration.helpers import MiB, rig_env
 

@@ -10,7 +10,6 @@ import pytest
 from probes import memmodel
 from probes.memory.host import HostReader
 from probes.ollama_api import Ollama
-from oomrig.serve import _api
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +24,7 @@ def measured(rig):
     if rig.server.env().get("OLLAMA_NUM_PARALLEL", "1") != "1" or api.version().startswith("0.9."):
         # one slot, so the KV cache is num_ctx cells (0.9.x picks 2 slots on CPU by itself)
         rig.server.restart({"OLLAMA_NUM_PARALLEL": "1"})
-    info = _api(rig.host, "/api/show", {"model": TAG, "verbose": True})["model_info"]
+    info = api.show(TAG, verbose=True).model_info
     reader = HostReader(server_pid=rig.server_pid)
     rss, size = {}, {}
     try:
@@ -39,7 +38,7 @@ def measured(rig):
     finally:
         api.unload_all()
         reader.close()
-    weights = next(m["size"] for m in _api(rig.host, "/api/tags")["models"] if m["name"] == TAG)
+    weights = api.file_size(TAG)
     return memmodel.Arch.from_model_info(info), rss, size, weights
 
 
