@@ -49,9 +49,12 @@ class Budget:
         # what the journal and the devices report keep: the budget as the user gave it
         return self.text
 
-    def said(self) -> Note:
-        """The budget as the user gave it, and where: "--budget 6GiB",
-        "budget: 6GiB in the answers file", "your message" (``budget.said.*``)."""
+    def said(self) -> str:
+        """The budget as the user gave it, and where: "--budget 6GiB" (a flag
+        is the same in every language), else a note (``budget.said.*``):
+        "budget: 6GiB in the answers file", "your message"."""
+        if self.origin == FLAG:
+            return f"--budget {self.text}"
         return Note(f"budget.said.{self._kind()}", text=self.text)
 
     def said_from(self) -> Note:
