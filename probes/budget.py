@@ -178,9 +178,3 @@ def resolve_limit(budget: Budget | None, info: DeviceInfo, reading: Reading, *,
     if host:
         return limit(can_give, "host-available", "budget.host")
     return limit(can_give, "device", "budget.device", total=fmt_size(total))
-
-
-def over_limit(used_bytes: int | None, limit: Limit) -> bool:
-    """Is a reading (``Reading.used_bytes`` or a sampler peak, same source as
-    the limit) above the limit? Such a reading counts as out of memory."""
-    return used_bytes is not None and used_bytes > limit.ceiling_bytes

@@ -21,8 +21,11 @@ from probes.units import fmt_size
 
 #: seconds to watch memory after a load on a real server (it may still be allocating)
 SETTLE_S = DEFAULT_SETTLE_S
-#: the same on the rig or the simulator, which settle at once
+#: the same on the rig, which settles at once
 SETTLE_S_STANDIN = 5.0
+#: the simulator: its idle creep is a rate per minute of its clock, so a short
+#: window reads the same drift per minute as a long one, without the wait
+SETTLE_S_SIMULATED = 1.0
 
 
 def add_session_args(p: argparse.ArgumentParser, *, auto: str, out: str, lang: str | None = None,
@@ -33,7 +36,8 @@ def add_session_args(p: argparse.ArgumentParser, *, auto: str, out: str, lang: s
     p.add_argument("--lang", choices=("en", "zh"), help=lang)
     p.add_argument("--out", default="oomvet-out", help=out)
     p.add_argument("--settle", type=float, default=None,
-                   help=f"seconds to watch memory after load (default {SETTLE_S:g}; {SETTLE_S_STANDIN:g} on the rig or the simulator)")
+                   help=f"seconds to watch memory after load (default {SETTLE_S:g}; {SETTLE_S_STANDIN:g} on the rig, "
+                        f"{SETTLE_S_SIMULATED:g} on the simulator)")
 
 
 @dataclass(frozen=True)
@@ -91,4 +95,4 @@ def settle_s(settle: float | None, world) -> float:
     """``--settle`` when given, else the default for the server in hand."""
     if settle is not None:
         return settle
-    return SETTLE_S_STANDIN if world.kind != "ollama" else SETTLE_S
+    return {"ollama": SETTLE_S, "simulated": SETTLE_S_SIMULATED}.get(world.kind, SETTLE_S_STANDIN)
