@@ -1,0 +1,204 @@
+"""Part 2 of the GPU check: today's Ollama (v0.34.4) with a CUDA llama-server on the card.
+
+Starts ``ollama serve`` from the bundle on loopback, registers the
+NeoHorse-1 stand-ins the rig's way (:func:`oomrig.serve.ensure_tags`), and
+records, per load, what every source says side by side: NVML and
+nvidia-smi (device and the llama-server process), ``/api/ps`` and
+llama-server's own buffer lines. First on a free card (the CUDA compute
+buffer per context, flash attention auto and off), then with a CUDA
+process holding all but a little of the card: the default load (llama.cpp's
+fit moving layers to the CPU), a forced full offload (the real OOM text), and
+``oomvet diagnose --host ... --auto`` from a symptom. Without a GPU the same
+steps run on the CPU engine, which is how they are tested here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from oomrig.serve import ensure_tags
+from probes.memory.nvidia_smi import NvidiaSmiReader
+from probes.memory.nvml import NvmlReader
+from probes.server import ManagedServer
+from probes.serverlog import FileLog, parse
+
+MiB = 1 << 20
+MODEL = "neohorse-1:f16"
+CTX_LADDER = (2048, 4096, 8192)
+FA_OFF_LADDER = (2048, 8192)
+#: the share of the model's own device memory (beyond the CUDA context) left free by the hog:
+#: below 1, the F16 tag cannot be placed whole; above 0, a lower-bit tag may be
+LEAVE_SHARE = 0.5
+DEFAULT_LEAVE_MIB = 1024   # when the free-card load could not be read
+SYMPTOM = "用 Ollama 跑 NeoHorse-1，一加载就爆显存，报 cudaMalloc failed: out of memory。上下文 4k 就够了。"
+
+
+def call(host: str, path: str, body: dict | None = None, timeout_s: float = 120.0) -> dict:
+    """One API call; an HTTP error is a result (its status and text), not an exception."""
+    try:
+        resp = httpx.request("GET" if body is None else "POST", f"{host}{path}", json=body, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return {"status": None, "error": f"{type(exc).__name__}: {exc}"}
+    try:
+        data = resp.json() if resp.content else {}
+    except ValueError:
+        data = {"text": resp.text[:2000]}
+    return {"status": resp.status_code, **(data if isinstance(data, dict) else {"data": data})}
+
+
+def model_processes(server: ManagedServer) -> list[int]:
+    try:
+        kids = psutil.Process(server.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [k.pid for k in kids if "llama-server" in (k.name() or "")]
+
+
+def unload(host: str, model: str, timeout_s: float = 20.0) -> None:
+    call(host, "/api/generate", {"model": model, "keep_alive": 0})
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and call(host, "/api/ps").get("models"):
+        time.sleep(0.2)
+
+
+def load(server: ManagedServer, log: FileLog, readers, *, model: str = MODEL, ctx: int, label: str,
+         options: dict | None = None) -> dict:
+    """One load and a short request; what each source says while it is held;
+    then unloaded, so the next load starts from an empty card."""
+    mark = log.offset()
+    before = {r.name: r.read().to_dict() for r in readers}
+    t0 = time.monotonic()
+    reply = call(server.host, "/api/generate", {
+        "model": model, "prompt": "Name three colours.", "stream": False, "keep_alive": "60s",
+        "options": {"num_ctx": ctx, "num_predict": 8, "temperature": 0, **(options or {})}})
+    took = time.monotonic() - t0
+    pids = model_processes(server)
+    during = {}
+    for r in readers:
+        procs = {p.pid: p.used_bytes for p in r.processes()}
+        during[r.name] = {"device": r.read().to_dict(), "model_process_bytes": [procs.get(p) for p in pids],
+                          "processes": procs}
+    ps = call(server.host, "/api/ps").get("models", [])
+    unload(server.host, model)
+    digest = parse(log.lines_since(mark))
+    fact = digest.fact("gpu-check", model)
+    gpu_buffers = sum(b["bytes"] for b in digest.buffers if b["device"].upper().startswith("CUDA"))
+    return {"label": label, "model": model, "ctx": ctx, "options": options or {}, "took_s": round(took, 2),
+            "status": reply.get("status"), "error": reply.get("error"), "eval_count": reply.get("eval_count"),
+            "before": before, "during": during, "ps": ps, "log": fact, "offloaded": digest.offloaded,
+            "cuda_buffer_bytes": gpu_buffers or None, "model_pids": pids}
+
+
+def leave_mib(free_load: dict | None, share: float = LEAVE_SHARE) -> int:
+    """How much the hog leaves free: the llama-server's CUDA context (its process's
+    NVML figure less its buffers) plus ``share`` of the buffers the load needed."""
+    if not free_load:
+        return DEFAULT_LEAVE_MIB
+    procs = [b for b in free_load.get("during", {}).get("nvml", {}).get("model_process_bytes", []) if b]
+    buffers = free_load.get("cuda_buffer_bytes")
+    if not procs or not buffers:
+        return DEFAULT_LEAVE_MIB
+    context = max(procs[0] - buffers, 0)
+    return int((context + share * buffers) // MiB)
+
+
+def diagnose(host: str, out: Path, serve_log: Path, timeout_s: float, *, budget: str | None = None) -> dict:
+    """``oomvet diagnose --host HOST --auto`` from the symptom, its journal kept under ``out``."""
+    answers = out / "answers.yaml"
+    lines = [f"symptom: {json.dumps(SYMPTOM, ensure_ascii=False)}", "want_ctx: 4096", "want_parallel: 1",
+             "lang: zh", f"model: {MODEL}"]
+    if budget:
+        lines.append(f"budget: {budget}")
+    answers.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = dict(os.environ, OOMVET_STATE_DIR=str(out / "journal"), PYTHONUNBUFFERED="1")
+    argv = [sys.executable, "-m", "assistant", "diagnose", "--host", host, "--auto", "--answers", str(answers),
+            "--json", "--out", str(out / "diagnose-out"), "--server-log", str(serve_log)]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1))
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, stdout, stderr = "timeout", exc.stdout or "", (exc.stderr or "") + f"\n[gpu-check] stopped at {timeout_s:.0f}s"
+        stdout, stderr = (s.decode(errors="replace") if isinstance(s, bytes) else s for s in (stdout, stderr))
+    (out / "diagnose.json").write_text(stdout)
+    (out / "diagnose-stderr.txt").write_text(stderr)
+    try:
+        result = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else None
+    except ValueError:
+        result = None
+    return {"argv": argv, "rc": rc, "took_s": round(time.monotonic() - t0, 1), "timeout_s": round(timeout_s),
+            "diagnosis": (result or {}).get("diagnosis"), "config": (result or {}).get("config"),
+            "verified": (result or {}).get("verified"), "stderr_tail": stderr[-1500:]}
+
+
+class Part2:
+    """The steps of part 2, each run by the caller's clock (see gpu_check.STEPS)."""
+
+    def __init__(self, ollama_bin: Path, models: Path, out: Path, ggufs: dict, worker=None, log=print,
+                 gpu: bool = True):
+        self.out, self.ggufs, self.worker, self.say, self.gpu = out, ggufs, worker, log, gpu
+        out.mkdir(parents=True, exist_ok=True)
+        self.serve_log = out / "ollama-serve.log"
+        self.server = ManagedServer(ollama_bin, models, log_path=self.serve_log)
+        self.log = FileLog(self.serve_log)
+        self.readers = [NvmlReader(), NvidiaSmiReader()] if gpu else []
+        self.result: dict = {"loads": []}
+
+    def _load(self, **kw) -> dict:
+        rec = load(self.server, self.log, self.readers, **kw)
+        self.result["loads"].append(rec)
+        self.say(f"part 2: {rec['label']} ctx {rec['ctx']}: status {rec['status']}, {rec['took_s']}s, "
+                 f"offloaded {rec['offloaded']}, buffers {[(b['device'], b['kind'], round(b['bytes'] / MiB, 1)) for b in rec['log']['buffers']]}"
+                 + (f", error {rec['error'][:200]}" if rec.get("error") else ""))
+        return rec
+
+    def serve(self) -> None:
+        self.server.start()
+        self.result["version"] = self.server.version
+        self.result["levels"] = ensure_tags(self.server, self.ggufs, self.say)
+
+    def free_card(self) -> None:
+        for ctx in CTX_LADDER:
+            self._load(ctx=ctx, label="free card, flash attention auto")
+
+    def fa_off(self) -> None:
+        self.server.restart({"OLLAMA_FLASH_ATTENTION": "0"})
+        try:
+            for ctx in FA_OFF_LADDER:
+                self._load(ctx=ctx, label="free card, flash attention off")
+        finally:
+            self.server.restart({"OLLAMA_FLASH_ATTENTION": None})
+
+    def hog(self, leave: int | None = None) -> None:
+        ref = next((r for r in self.result["loads"] if r["ctx"] == 4096 and "auto" in r["label"]), None)
+        leave = leave if leave is not None else leave_mib(ref)
+        self.result["leave_mib"] = leave
+        if self.worker is None:
+            self.result["hog"] = {"skipped": "no CUDA process"}
+            return
+        self.result["hog"] = self.worker.ask({"op": "hold", "leave_mib": leave})
+        self.say(f"part 2: hog holds {self.result['hog'].get('held_mib')} MiB, driver free "
+                 f"{(self.result['hog'].get('free') or 0) // MiB} MiB (asked to leave {leave})")
+
+    def full_card(self) -> None:
+        self._load(ctx=4096, label="full card, Ollama's default placement")
+        self._load(ctx=4096, label="full card, all layers forced to the GPU", options={"num_gpu": 999})
+
+    def diagnose(self, timeout_s: float, budget: str | None = None) -> None:
+        self.result["diagnose"] = diagnose(self.server.host, self.out, self.serve_log, timeout_s, budget=budget)
+        d = self.result["diagnose"]
+        self.say(f"part 2: diagnose rc {d['rc']} in {d['took_s']}s, verified {d['verified']}")
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.result["released"] = self.worker.ask({"op": "release"})
+        self.server.stop()
+        for r in self.readers:
+            r.close()
