@@ -74,7 +74,9 @@ class CudaBuild(threading.Thread):
         with open(self.log_path, "a", encoding="utf-8", errors="replace") as out:
             out.write(f"\n[{time.strftime('%H:%M:%S')}] $ {' '.join(cmd)}\n")
             out.flush()
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # low priority: part 1's sampler runs beside the compilers and must keep its rate
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=lambda: os.nice(10))
             rc = self.proc.wait()
         self.timings[label] = round(time.monotonic() - t0, 1)
         if rc != 0:

@@ -34,7 +34,7 @@ from layout import BUNDLE_DIR, PARTS, WORK_DIR  # noqa: E402 - this folder is on
 MiB = 1 << 20
 RETURN_FILE_MAX = 15 * MiB   # the device returns files of up to 16 MiB
 LOG_FILE_MAX = 4 * MiB       # a longer log keeps its head and tail
-RESERVE_S = 25               # kept back at every step for the final pack
+RESERVE_S = 20               # kept back at every step for the final pack
 
 
 @dataclass(frozen=True)
@@ -48,18 +48,19 @@ class Step:
 
 STEPS = (
     Step("unpack", 0, 15, 5),
-    Step("build", 2, 330, 60, background=True),
+    Step("build", 2, 360, 60, background=True),
     Step("worker", 0, 20, 30),   # the CUDA process: part 1 reads it, part 2's hog is it
     Step("part1", 1, 100, 45),
-    Step("standins", 2, 40, 30),
+    Step("standins", 2, 25, 30),
+    Step("serve", 2, 20, 60),    # the tags are made while the build runs
     Step("build_wait", 2, 0, 20),
-    Step("serve", 2, 25, 60),
-    Step("free_card", 2, 20, 50),
-    Step("fa_off", 2, 20, 120),
+    Step("restart", 2, 10, 60),  # Ollama finds the new CUDA backend only when it starts
+    Step("free_card", 2, 15, 50),
     Step("hog", 2, 5, 40),
     Step("full_card", 2, 15, 40),
-    Step("diagnose", 2, 150, 45),
-    Step("pack", 0, 10, 0),
+    Step("diagnose", 2, 120, 45),
+    Step("fa_off", 2, 20, 30),   # last: it needs the card free again, and issue 31 can wait for it
+    Step("pack", 0, 0, 0),       # its time is RESERVE_S, kept back from every step
 )
 
 
@@ -189,7 +190,9 @@ def headline(result: dict) -> dict:
 class Check:
     def __init__(self, args):
         self.args = args
-        self.bundle, self.work, self.out = Path(args.bundle), Path(args.work), Path(args.out)
+        # absolute: Modelfiles name the GGUFs by path, and ollama reads a relative one from elsewhere
+        self.bundle, self.work, self.out = (Path(p).resolve() for p in (args.bundle, args.work, args.out))
+        self.work.mkdir(parents=True, exist_ok=True)
         self.parts = {int(p) for p in args.parts.split(",")}
         self.clock = Clock(args.budget_s)
         self.result: dict = {"dry_run": args.dry_run, "plan": plan(self.parts, args.budget_s), "steps": []}
@@ -201,14 +204,15 @@ class Check:
     def say(self, msg: str) -> None:
         print(f"[gpu-check {self.clock.elapsed():6.1f}s] {msg}", flush=True)
 
-    def step(self, name: str, fn) -> None:
+    def step(self, name: str, fn) -> bool:
+        """Run one step if the clock allows; True if it ran without an error."""
         s = next(s for s in STEPS if s.name == name)
         if s.part and s.part not in self.parts:
-            return
+            return False
         if not self.clock.may_start(s):
             self.result["steps"].append({"step": name, "skipped": f"{self.clock.left():.0f}s left, needs {s.min_s}s"})
             self.say(f"{name}: skipped, {self.clock.left():.0f}s left")
-            return
+            return False
         t0 = time.monotonic()
         rec = {"step": name, "started_s": round(self.clock.elapsed(), 1)}
         try:
@@ -222,6 +226,7 @@ class Check:
         if s.part == 2 and (self.work / "part2").is_dir():   # a run stopped later still returns this much
             self.result["pack_part2"] = pack(self.work / "part2", self.out / "part2.tar.gz")
         self.save()
+        return "error" not in rec
 
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -274,8 +279,9 @@ class Check:
     def do_build_wait(self) -> None:
         if self.build is None:   # not started, or reused
             return
-        # as long as serve, the loads and the hog still fit after it (~100 s); diagnose gets the rest
-        self.build.join(timeout=max(self.clock.left() - 100, 1))
+        # as long as the restart, the loads and the hog still fit after it; diagnose gets the rest
+        after = sum(s.min_s for s in STEPS if s.name in ("restart", "diagnose"))
+        self.build.join(timeout=max(self.clock.left() - after, 1))
         if self.build.is_alive():
             self.build.stop()
             self.build.join(10)
@@ -296,20 +302,21 @@ class Check:
     def run(self) -> int:
         self.say(f"plan: {json.dumps(self.result['plan']['steps'])}")
         self.step("unpack", self.do_unpack)
-        if 2 in self.parts:
-            self.step("build", self.do_build)
+        self.step("build", self.do_build)
         self.step("worker", self.do_worker)
         self.step("part1", self.do_part1)
-        self.step("standins", self.do_standins)
-        self.step("build_wait", self.do_build_wait)
-        if 2 in self.parts and (self.args.dry_run or (self.result.get("build") or {}).get("finished")):
+        if 2 in self.parts and self.step("standins", self.do_standins):
             p2 = self.part2()
-            self.step("serve", p2.serve)
-            self.step("free_card", p2.free_card)
-            self.step("fa_off", p2.fa_off)
-            self.step("hog", lambda: p2.hog(self.args.leave_mib))
-            self.step("full_card", p2.full_card)
-            self.step("diagnose", lambda: p2.diagnose(self.clock.left() - 5, budget=self.args.diagnose_budget))
+            served = self.step("serve", p2.serve)
+            self.step("build_wait", self.do_build_wait)
+            built = self.args.dry_run or (self.result.get("build") or {}).get("finished")
+            # without the server, its tags and the CUDA backend no load can say anything
+            if served and built and self.step("restart", p2.restart):
+                self.step("free_card", p2.free_card)
+                self.step("hog", lambda: p2.hog(self.args.leave_mib))
+                self.step("full_card", p2.full_card)
+                self.step("diagnose", lambda: p2.diagnose(self.clock.left() - 5, budget=self.args.diagnose_budget))
+                self.step("fa_off", p2.fa_off)
         self.step("pack", self.do_pack)
         return 0
 
@@ -334,11 +341,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bundle", default=BUNDLE_DIR)
     p.add_argument("--work", default=WORK_DIR)
     p.add_argument("--out", default=os.environ.get("OUT") or os.path.join(WORK_DIR, "out"))
-    p.add_argument("--budget-s", type=float, default=540.0,
+    p.add_argument("--budget-s", type=float, default=575.0,
                    help="seconds this run may take, packing included (the run call's timeout_s less a margin)")
     p.add_argument("--parts", default="1,2", help="1, 2 or 1,2")
-    p.add_argument("--jobs", type=int, default=max((os.cpu_count() or 4) - 3, 1),
-                   help="build jobs (default: all cores but three, which part 1 uses meanwhile)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
+                   help="build jobs (default: every core; the build runs at low priority beside part 1)")
     p.add_argument("--leave-mib", type=int, default=None,
                    help="MiB the hog leaves free (default: from the free-card load, see part2.leave_mib)")
     p.add_argument("--diagnose-budget", default=None, help="--budget for diagnose (the dry run's CPU engine needs one)")

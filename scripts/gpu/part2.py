@@ -164,17 +164,25 @@ class Part2:
         self.result["version"] = self.server.version
         self.result["levels"] = ensure_tags(self.server, self.ggufs, self.say)
 
+    def restart(self) -> None:
+        """Start the server again so its GPU discovery sees the CUDA backend built meanwhile."""
+        mark = self.log.offset()
+        self.server.restart({})
+        self.result["discovery"] = [ln.rstrip() for ln in self.log.lines_since(mark)
+                                    if "discover" in ln.lower() or "inference compute" in ln.lower()][:40]
+        self.say(f"part 2: server restarted; discovery: {self.result['discovery'][-3:]}")
+
     def free_card(self) -> None:
         for ctx in CTX_LADDER:
             self._load(ctx=ctx, label="free card, flash attention auto")
 
     def fa_off(self) -> None:
+        """The compute buffer with flash attention off (the last step: the hog lets go first)."""
+        if self.worker is not None:
+            self.result["released"] = self.worker.ask({"op": "release"})
         self.server.restart({"OLLAMA_FLASH_ATTENTION": "0"})
-        try:
-            for ctx in FA_OFF_LADDER:
-                self._load(ctx=ctx, label="free card, flash attention off")
-        finally:
-            self.server.restart({"OLLAMA_FLASH_ATTENTION": None})
+        for ctx in FA_OFF_LADDER:
+            self._load(ctx=ctx, label="free card, flash attention off")
 
     def hog(self, leave: int | None = None) -> None:
         ref = next((r for r in self.result["loads"] if r["ctx"] == 4096 and "auto" in r["label"]), None)
@@ -197,7 +205,7 @@ class Part2:
         self.say(f"part 2: diagnose rc {d['rc']} in {d['took_s']}s, verified {d['verified']}")
 
     def close(self) -> None:
-        if self.worker is not None:
+        if self.worker is not None and "released" not in self.result:
             self.result["released"] = self.worker.ask({"op": "release"})
         self.server.stop()
         for r in self.readers:
