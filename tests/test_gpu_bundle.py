@@ -136,7 +136,7 @@ def test_arguments_refuse_an_unknown_part_and_give_the_dry_run_a_budget():
     with pytest.raises(SystemExit):
         gpu_check.parse_args(["run", "--parts", "3"])
     dry = gpu_check.parse_args(["run", "--dry-run"])
-    assert dry.diagnose_budget == "340MiB" and dry.parts == "1,2"
+    assert dry.diagnose_budget == "480MiB" and dry.parts == "1,2"
     assert gpu_check.parse_args(["run"]).diagnose_budget is None   # on the card the limit is its free memory
 
 
@@ -199,12 +199,19 @@ def test_a_step_counts_as_caught_only_by_a_reading_of_its_level_inside_its_windo
     assert caught[1]["latency_s"] is None
 
 
-def test_the_hog_leaves_the_servers_cuda_context_and_half_the_models_buffers():
-    load = {"during": {"nvml": {"model_process_bytes": [900 * MiB]}}, "cuda_buffer_bytes": 400 * MiB}
-    assert part2.leave_mib(load) == 500 + 200
-    assert part2.leave_mib(load, share=0.0) == 500
-    assert part2.leave_mib(None) == part2.DEFAULT_LEAVE_MIB
-    assert part2.leave_mib({"during": {"nvml": {"model_process_bytes": [None]}}}) == part2.DEFAULT_LEAVE_MIB
+def _load(process_mib):
+    return {"during": {"nvml": {"model_process_bytes": [None if process_mib is None else process_mib * MiB]}}}
+
+
+def test_the_hog_leaves_room_for_the_context_that_fits_and_half_the_way_to_the_wanted_one():
+    assert part2.leave_mib(_load(900), _load(1100)) == 1000
+    assert part2.leave_mib(_load(900), _load(1100), share=0.0) == 900
+
+
+def test_without_both_readings_the_hog_leaves_the_default():
+    assert part2.leave_mib(None, _load(1100)) == part2.DEFAULT_LEAVE_MIB
+    assert part2.leave_mib(_load(900), _load(None)) == part2.DEFAULT_LEAVE_MIB
+    assert part2.leave_mib(_load(900), _load(800)) == part2.DEFAULT_LEAVE_MIB   # no growth: nothing to split
 
 
 class _FakeTorch:
@@ -272,6 +279,7 @@ def test_the_stand_in_has_the_real_files_shapes_types_metadata_and_size(tmp_path
     files = standin.write_levels(spec, tmp_path / "out")
     assert files["Q4_1"].stat().st_size == src.stat().st_size
     made, real = gguf.GGUFReader(files["Q4_1"]), gguf.GGUFReader(src)
+    assert files["Q4_1"].read_bytes()[:real.data_offset] == src.read_bytes()[:real.data_offset]
     assert [(t.name, list(t.shape), t.tensor_type) for t in made.tensors] == \
         [(t.name, list(t.shape), t.tensor_type) for t in real.tensors]
     assert made.fields["tokenizer.ggml.tokens"].contents() == ["<s>", "</s>", "a"]

@@ -242,7 +242,7 @@ def part_standin(out: Path) -> dict:
     from oomrig.models import source_gguf
     spec = standin.spec_of(source_gguf())
     standin.save_spec(spec, out / PARTS["standin"])
-    return {"source": spec["source"], "tensors": len(spec["tensors"]), "keys": len(spec["kv"])}
+    return {"source": spec["source"], "tensors": len(spec["tensors"]), "keys": spec["keys"]}
 
 
 def find_python312(given: str | None) -> str:

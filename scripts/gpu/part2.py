@@ -33,11 +33,15 @@ MiB = 1 << 20
 MODEL = "neohorse-1:f16"
 CTX_LADDER = (2048, 4096, 8192)
 FA_OFF_LADDER = (2048, 8192)
-#: the share of the model's own device memory (beyond the CUDA context) left free by the hog:
-#: below 1, the F16 tag cannot be placed whole; above 0, a lower-bit tag may be
+#: the hog leaves what the F16 tag needed at FITS_CTX plus this share of what WANT_CTX needs
+#: beyond it: the wanted context does not fit on the card, a smaller one does. (The stand-in's
+#: weights are random, so a diagnosis that turns to lower-bit tags reads their answers as
+#: noise; a context the card can hold keeps it on the memory question.)
 LEAVE_SHARE = 0.5
-DEFAULT_LEAVE_MIB = 1024   # when the free-card load could not be read
-SYMPTOM = "用 Ollama 跑 NeoHorse-1，一加载就爆显存，报 cudaMalloc failed: out of memory。上下文 4k 就够了。"
+FITS_CTX, WANT_CTX = 4096, 8192
+DEFAULT_LEAVE_MIB = 1024   # when the free-card loads could not be read
+SYMPTOM = ("用 Ollama 跑 NeoHorse-1，上下文开到 8k 就爆显存，报 cudaMalloc failed: out of memory，"
+           "4k 的时候没问题。")
 
 
 def call(host: str, path: str, body: dict | None = None, timeout_s: float = 120.0) -> dict:
@@ -96,23 +100,25 @@ def load(server: ManagedServer, log: FileLog, readers, *, model: str = MODEL, ct
             "cuda_buffer_bytes": gpu_buffers or None, "model_pids": pids}
 
 
-def leave_mib(free_load: dict | None, share: float = LEAVE_SHARE) -> int:
-    """How much the hog leaves free: the llama-server's CUDA context (its process's
-    NVML figure less its buffers) plus ``share`` of the buffers the load needed."""
-    if not free_load:
+def process_bytes(load: dict | None) -> int | None:
+    """What NVML said the llama-server process held during a load."""
+    procs = [b for b in ((load or {}).get("during", {}).get("nvml", {}).get("model_process_bytes") or []) if b]
+    return procs[0] if procs else None
+
+
+def leave_mib(fits: dict | None, wanted: dict | None, share: float = LEAVE_SHARE) -> int:
+    """MiB the hog leaves free: what the llama-server process held at the
+    context that is to fit, plus ``share`` of what the wanted one took beyond it."""
+    low, high = process_bytes(fits), process_bytes(wanted)
+    if low is None or high is None or high <= low:
         return DEFAULT_LEAVE_MIB
-    procs = [b for b in free_load.get("during", {}).get("nvml", {}).get("model_process_bytes", []) if b]
-    buffers = free_load.get("cuda_buffer_bytes")
-    if not procs or not buffers:
-        return DEFAULT_LEAVE_MIB
-    context = max(procs[0] - buffers, 0)
-    return int((context + share * buffers) // MiB)
+    return int((low + share * (high - low)) // MiB)
 
 
 def diagnose(host: str, out: Path, serve_log: Path, timeout_s: float, *, budget: str | None = None) -> dict:
     """``oomvet diagnose --host HOST --auto`` from the symptom, its journal kept under ``out``."""
     answers = out / "answers.yaml"
-    lines = [f"symptom: {json.dumps(SYMPTOM, ensure_ascii=False)}", "want_ctx: 4096", "want_parallel: 1",
+    lines = [f"symptom: {json.dumps(SYMPTOM, ensure_ascii=False)}", f"want_ctx: {WANT_CTX}", "want_parallel: 1",
              "lang: zh", f"model: {MODEL}"]
     if budget:
         lines.append(f"budget: {budget}")
@@ -185,8 +191,8 @@ class Part2:
             self._load(ctx=ctx, label="free card, flash attention off")
 
     def hog(self, leave: int | None = None) -> None:
-        ref = next((r for r in self.result["loads"] if r["ctx"] == 4096 and "auto" in r["label"]), None)
-        leave = leave if leave is not None else leave_mib(ref)
+        free = {r["ctx"]: r for r in self.result["loads"] if r["label"].startswith("free card")}
+        leave = leave if leave is not None else leave_mib(free.get(FITS_CTX), free.get(WANT_CTX))
         self.result["leave_mib"] = leave
         if self.worker is None:
             self.result["hog"] = {"skipped": "no CUDA process"}
@@ -196,8 +202,9 @@ class Part2:
                  f"{(self.result['hog'].get('free') or 0) // MiB} MiB (asked to leave {leave})")
 
     def full_card(self) -> None:
-        self._load(ctx=4096, label="full card, Ollama's default placement")
-        self._load(ctx=4096, label="full card, all layers forced to the GPU", options={"num_gpu": 999})
+        self._load(ctx=FITS_CTX, label="full card, Ollama's default placement")
+        self._load(ctx=WANT_CTX, label="full card, Ollama's default placement")   # llama.cpp's fit spills layers
+        self._load(ctx=WANT_CTX, label="full card, all layers forced to the GPU", options={"num_gpu": 999})
 
     def diagnose(self, timeout_s: float, budget: str | None = None) -> None:
         self.result["diagnose"] = diagnose(self.server.host, self.out, self.serve_log, timeout_s, budget=budget)
