@@ -199,6 +199,62 @@ def test_a_step_counts_as_caught_only_by_a_reading_of_its_level_inside_its_windo
     assert caught[1]["latency_s"] is None
 
 
+class _Card:
+    """A device and the worker on it: the worker's level moves, readers read it."""
+
+    def __init__(self, pid=4242, context_mib=500, other_mib=300):
+        self.pid, self.context, self.other, self.level = pid, context_mib * MiB, other_mib * MiB, 0
+
+    def ask(self, cmd):   # the worker's side
+        import time
+        done = []
+        for mib, hold_s in cmd["steps"]:
+            self.level = mib * MiB
+            t0 = time.monotonic()
+            time.sleep(hold_s)
+            done.append({"mib": mib, "t0": t0, "t1": time.monotonic(), "reserved": self.level + 2 * MiB})
+        return {"steps": done, "reserved": self.level + 2 * MiB, "free": None, "total": None}
+
+    def reader(self, name):
+        from probes.memory.base import ProcessUsage, Reading
+        card = self
+
+        class _Reader:
+            def read(self):
+                used = card.other + card.context + 2 * MiB + card.level
+                return Reading(0.0, used, 80 << 30, (80 << 30) - used)
+
+            def processes(self):
+                return [ProcessUsage(card.pid, "python3", card.context + 2 * MiB + card.level)]
+        r = _Reader()
+        r.name = name
+        return r
+
+
+def test_levels_give_each_readers_error_against_the_allocator_per_process_and_device_wide():
+    card = _Card()
+    rows = part1.process_levels(card, card.reader("nvml"), card.reader("nvidia-smi"), card.pid,
+                                levels=(0, 1024, 0), hold_s=0)
+    assert [r["nvml"]["error_mib"] for r in rows] == [0.0, 0.0, 0.0]
+    assert [r["nvidia-smi"]["device_error_mib"] for r in rows] == [0.0, 0.0, 0.0]
+    assert rows[1]["nvml"]["process_bytes"] == (500 + 2 + 1024) * MiB and rows[1]["nvml"]["process_seen"]
+
+
+def test_the_sampler_run_catches_steps_held_longer_than_its_period_on_the_pid_reading():
+    card = _Card()
+    plan = ((0, 0.3), (1024, 0.3), (2048, 0.3), (0, 0.3))
+    rec = part1.sample_run(card, part1.PidReader(card.reader("nvml"), card.pid), 20.0, plan=plan)
+    assert (rec["steps_caught"], rec["steps"], rec["errors"]) == (4, 4, 0)
+    assert rec["reader"] == "nvml/pid" and rec["cpu_percent_of_core"] is not None
+    assert rec["base_bytes"] == 502 * MiB
+
+
+def test_a_readers_error_is_its_move_since_idle_less_what_the_allocator_took():
+    # context 500 MiB and a 2 MiB first block at idle; 1 GiB more taken, the reader saw 1026 MiB more
+    assert part1.error_mib((500 + 2 + 1026) * MiB, 502 * MiB, (2 + 1024) * MiB, 2 * MiB) == 2.0
+    assert part1.error_mib(None, 502 * MiB, 1026 * MiB, 2 * MiB) is None   # the reader did not see the process
+
+
 def _load(process_mib):
     return {"during": {"nvml": {"model_process_bytes": [None if process_mib is None else process_mib * MiB]}}}
 
@@ -212,6 +268,17 @@ def test_without_both_readings_the_hog_leaves_the_default():
     assert part2.leave_mib(None, _load(1100)) == part2.DEFAULT_LEAVE_MIB
     assert part2.leave_mib(_load(900), _load(None)) == part2.DEFAULT_LEAVE_MIB
     assert part2.leave_mib(_load(900), _load(800)) == part2.DEFAULT_LEAVE_MIB   # no growth: nothing to split
+
+
+def test_a_command_past_its_time_is_terminated_and_one_ignoring_that_is_killed():
+    sleeper = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"]
+    rc, out, err = part2.run_bounded(sleeper, None, timeout_s=1.0, grace_s=5)
+    assert rc == "timeout" and "stopped after 1s" in err
+    stubborn = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "print('up', flush=True); time.sleep(30)"]
+    rc, out, _ = part2.run_bounded(stubborn, None, timeout_s=1.0, grace_s=0.5)
+    assert rc == "timeout" and out == "up\n"
+    assert part2.run_bounded([sys.executable, "-c", "print(7)"], None, timeout_s=30)[:2] == (0, "7\n")
 
 
 class _FakeTorch:
@@ -239,7 +306,8 @@ def test_the_worker_reaches_each_level_freeing_newest_blocks_first():
 
 
 def test_results_yield_the_closing_notes_figures():
-    result = {"part1": {"levels": [{"mib": 1024, "nvml": {"error_mib": 0.0}, "nvidia-smi": {"error_mib": 2.0}}],
+    result = {"part1": {"levels": [{"mib": 1024, "nvml": {"error_mib": 0.0, "device_error_mib": 0.0},
+                                    "nvidia-smi": {"error_mib": 2.0, "device_error_mib": 1.0}}],
                         "sampling": [{"reader": "nvml", "hz": 100.0, "hz_achieved": 98.1, "steps_caught": 12,
                                       "steps": 12, "cpu_percent_of_core": 3.2, "errors": 0, "timeline": []}]},
               "part2": {"leave_mib": 700, "loads": [{"label": "free card", "ctx": 4096, "ps": [], "status": 200,
@@ -247,7 +315,8 @@ def test_results_yield_the_closing_notes_figures():
                                                                           "bytes": 17 * MiB}]}}],
                         "diagnose": {"rc": 0, "verified": True, "diagnosis": {"cause": "weights"}}}}
     h = gpu_check.headline(result)
-    assert h["per_process_error_mib"] == [{"mib": 1024, "nvml": 0.0, "nvidia-smi": 2.0}]
+    assert h["per_process_error_mib"] == [{"mib": 1024, "nvml": 0.0, "nvidia-smi": 2.0, "nvml device": 0.0,
+                                           "nvidia-smi device": 1.0}]
     assert h["sampling"][0]["steps_caught"] == 12 and "timeline" not in h["sampling"][0]
     assert h["loads"][0]["buffers_mib"] == {"CUDA0 compute": 17.0}
     assert (h["verified"], h["diagnosis"], h["leave_mib"]) == (True, {"cause": "weights"}, 700)

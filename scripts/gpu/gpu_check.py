@@ -172,7 +172,8 @@ def headline(result: dict) -> dict:
     p1, p2 = result.get("part1") or {}, result.get("part2") or {}
     sampling = [{k: r.get(k) for k in ("reader", "hz", "hz_achieved", "steps_caught", "steps",
                                       "cpu_percent_of_core", "errors")} for r in p1.get("sampling", [])]
-    errors = [{"mib": row["mib"], **{n: row[n].get("error_mib") for n in ("nvml", "nvidia-smi")}}
+    errors = [{"mib": row["mib"], **{n: row[n].get("error_mib") for n in ("nvml", "nvidia-smi")},
+               **{f"{n} device": row[n].get("device_error_mib") for n in ("nvml", "nvidia-smi")}}
               for row in p1.get("levels", [])]
     compute = [{"label": ld["label"], "ctx": ld["ctx"],
                 "buffers_mib": {f"{b['device']} {b['kind']}": round(b["bytes"] / MiB, 2)
@@ -315,7 +316,7 @@ class Check:
                 self.step("free_card", p2.free_card)
                 self.step("hog", lambda: p2.hog(self.args.leave_mib))
                 self.step("full_card", p2.full_card)
-                self.step("diagnose", lambda: p2.diagnose(self.clock.left() - 5, budget=self.args.diagnose_budget))
+                self.step("diagnose", lambda: p2.diagnose(self.clock.left() - 20, budget=self.args.diagnose_budget))
                 self.step("fa_off", p2.fa_off)
         self.step("pack", self.do_pack)
         return 0

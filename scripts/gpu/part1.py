@@ -87,11 +87,11 @@ def _cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def sample_run(worker, reader, hz: float) -> dict:
-    """The sampler on ``reader`` at ``hz`` while the worker walks STEP_PLAN."""
+def sample_run(worker, reader, hz: float, plan=STEP_PLAN) -> dict:
+    """The sampler on ``reader`` at ``hz`` while the worker walks ``plan``."""
     wall0, cpu0 = time.monotonic(), _cpu_s()
     sampler = Sampler(reader, hz=hz).start()
-    reply = worker.ask({"op": "steps", "steps": [list(s) for s in STEP_PLAN]})
+    reply = worker.ask({"op": "steps", "steps": [list(s) for s in plan]})
     summary = sampler.stop()
     wall, cpu = time.monotonic() - wall0, _cpu_s() - cpu0
     steps = reply.get("steps", [])
@@ -104,12 +104,12 @@ def sample_run(worker, reader, hz: float) -> dict:
             "worker_error": reply.get("error"), "timeline": [list(p) for p in summary.timeline]}
 
 
-def process_levels(worker, nvml: NvmlReader, smi: NvidiaSmiReader, pid: int) -> list[dict]:
-    """At each level, what each reader says of the worker and of the device,
-    against what its allocator took."""
+def process_levels(worker, nvml, smi, pid: int, levels=PROCESS_LEVELS, hold_s: float = 0.4) -> list[dict]:
+    """At each level, what each reader (``nvml``, ``nvidia-smi``) says of the
+    worker and of the device, against what its allocator took."""
     rows = []
-    for mib in PROCESS_LEVELS:
-        state = worker.ask({"op": "steps", "steps": [[mib, 0.4]]})
+    for mib in levels:
+        state = worker.ask({"op": "steps", "steps": [[mib, hold_s]]})
         row = {"mib": mib, "reserved": state.get("reserved"), "driver_free": state.get("free"),
                "driver_total": state.get("total")}
         for reader in (nvml, smi):
@@ -119,13 +119,23 @@ def process_levels(worker, nvml: NvmlReader, smi: NvidiaSmiReader, pid: int) -> 
                                 "process_seen": mine is not None,
                                 "processes": [p.to_dict() for p in procs]}
         rows.append(row)
-    base = {name: rows[0][name]["process_bytes"] for name in ("nvml", "nvidia-smi")}
-    for row in rows:   # error: the reading less the context's own (level 0) less what was allocated
-        for name, b in base.items():
-            got = row[name]["process_bytes"]
-            row[name]["error_mib"] = (None if got is None or b is None or row["reserved"] is None
-                                      else round((got - b - row["reserved"]) / MiB, 1))
+    for name in ("nvml", "nvidia-smi"):
+        for row in rows:
+            row[name]["error_mib"] = error_mib(row[name]["process_bytes"], rows[0][name]["process_bytes"],
+                                               row["reserved"], rows[0]["reserved"])
+            row[name]["device_error_mib"] = error_mib(row[name]["device"]["used_bytes"],
+                                                      rows[0][name]["device"]["used_bytes"],
+                                                      row["reserved"], rows[0]["reserved"])
     return rows
+
+
+def error_mib(got: int | None, got_idle: int | None, reserved: int | None, reserved_idle: int | None) -> float | None:
+    """How far a reader's figure for the worker moved from what its allocator
+    took since the idle level (the CUDA context and the first small block are
+    in both idle figures, so they cancel)."""
+    if None in (got, got_idle, reserved, reserved_idle):
+        return None
+    return round(((got - got_idle) - (reserved - reserved_idle)) / MiB, 1)
 
 
 def nvml_fields(lib) -> dict:

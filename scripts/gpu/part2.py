@@ -115,6 +115,24 @@ def leave_mib(fits: dict | None, wanted: dict | None, share: float = LEAVE_SHARE
     return int((low + share * (high - low)) // MiB)
 
 
+def run_bounded(argv: list[str], env: dict | None, timeout_s: float, grace_s: float = 15.0) -> tuple:
+    """(exit code or "timeout", stdout, stderr). At the deadline the command
+    gets SIGTERM, which unwinds oomvet like Ctrl-C (the server restored, the
+    journal marked interrupted), and SIGKILL ``grace_s`` later."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=max(timeout_s, 1e-3))
+        return proc.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+    try:
+        stdout, stderr = proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    return "timeout", stdout, stderr + f"\n[gpu-check] stopped after {timeout_s:.0f}s\n"
+
+
 def diagnose(host: str, out: Path, serve_log: Path, timeout_s: float, *, budget: str | None = None) -> dict:
     """``oomvet diagnose --host HOST --auto`` from the symptom, its journal kept under ``out``."""
     answers = out / "answers.yaml"
@@ -127,12 +145,7 @@ def diagnose(host: str, out: Path, serve_log: Path, timeout_s: float, *, budget:
     argv = [sys.executable, "-m", "assistant", "diagnose", "--host", host, "--auto", "--answers", str(answers),
             "--json", "--out", str(out / "diagnose-out"), "--server-log", str(serve_log)]
     t0 = time.monotonic()
-    try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1))
-        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, stdout, stderr = "timeout", exc.stdout or "", (exc.stderr or "") + f"\n[gpu-check] stopped at {timeout_s:.0f}s"
-        stdout, stderr = (s.decode(errors="replace") if isinstance(s, bytes) else s for s in (stdout, stderr))
+    rc, stdout, stderr = run_bounded(argv, env, timeout_s)
     (out / "diagnose.json").write_text(stdout)
     (out / "diagnose-stderr.txt").write_text(stderr)
     try:
