@@ -13,7 +13,8 @@ are then made from it by the rig's own :func:`oomrig.models.convert_gguf`,
 exactly as the rig makes them from the real file.
 
 What differs from the real model is the text it writes: untrained weights
-answer with noise, so a coherence check of a lower-bit tag reads noise too.
+write a stream of unrelated words, so a coherence check of a lower-bit tag
+reads noise.
 """
 from __future__ import annotations
 
@@ -47,12 +48,18 @@ def load_spec(path: Path) -> dict:
     return json.loads(lzma.decompress(path.read_bytes()))
 
 
+#: the matrices' spread. At a trained model's 0.02 the layers add little to the residual
+#: stream, so with tied embeddings every token predicts itself: greedy decoding repeats one
+#: token until Ollama aborts ("token repeat limit reached") and no retest can finish. At 0.1
+#: the layers dominate and 700 greedy tokens on the CPU engine held no repeat.
+SPREAD = 0.1
+
+
 def _weights(rng: np.random.Generator, shape: list[int]) -> np.ndarray:
-    """Seeded values of a trained model's scale: norms at 1, matrices small
-    (0.02, as initialisers use), so activations stay finite on any backend."""
+    """Seeded values: norms at 1, matrices normal with SPREAD, finite on any backend."""
     if len(shape) == 1:
         return np.ones(shape, dtype=np.float32)
-    return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+    return rng.standard_normal(shape, dtype=np.float32) * np.float32(SPREAD)
 
 
 def write_q4_1(spec: dict, dst: Path, seed: int = 1) -> Path:
