@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -179,6 +180,8 @@ class Part2:
         return rec
 
     def serve(self) -> None:
+        # a fresh store: tags left by an earlier run would name that run's stand-in files
+        shutil.rmtree(self.server.models_dir, ignore_errors=True)
         self.server.start()
         self.result["version"] = self.server.version
         self.result["levels"] = ensure_tags(self.server, self.ggufs, self.say)
