@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
+import build_cuda  # noqa: E402
 import cuda_worker  # noqa: E402
 import gpu_check  # noqa: E402
 import layout  # noqa: E402
@@ -63,6 +64,30 @@ def test_configure_follows_the_cuda_major_and_the_check_here_is_the_rigs_cpu_pre
     cpu = layout.configure_cmd("cmake", Path("g"), Path("t"), Path("b"), cuda=False, ninja=False)
     assert cpu[cpu.index("--preset") + 1] == "cpu"
     assert "-DGGML_CUDA=OFF" in cpu and "-G" not in cpu
+
+
+def test_the_device_build_compiles_only_the_cuda_backend_and_places_it_when_install_fails(tmp_path, monkeypatch):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n")
+    (tools / "cmake").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n'
+                                 'case "$1" in --build) mkdir -p "$2/bin" && : > "$2/bin/libggml-cuda.so";; '
+                                 '--install) exit 1;; esac\n')
+    for tool in ("nvcc", "cmake"):
+        (tools / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDACXX", raising=False)   # the build sets it; monkeypatch puts it back
+    prefix = tmp_path / "prefix"
+    build = build_cuda.CudaBuild(tmp_path / "glue", tmp_path / "llama.cpp", tmp_path / "b", prefix,
+                                 tmp_path / "build.log", jobs=3)
+    build.run()   # in this thread: start() would run the same in another
+    assert build.error is None, build.error
+    configure, compile_, install = (tmp_path / "calls").read_text().splitlines()
+    assert "--preset llama_cuda_v13_user_arch" in configure and "-DCMAKE_CUDA_ARCHITECTURES=90-real" in configure
+    assert compile_.endswith("--target ggml-cuda -j 3")
+    assert install.startswith("--install") and "install failed" in build.install_error
+    assert (prefix / "lib" / "ollama" / "cuda_v13" / "libggml-cuda.so").is_file()
+    assert set(build.timings) == {"configure", "build ggml-cuda", "install", "total"}
 
 
 # -- wheels ---------------------------------------------------------------------------

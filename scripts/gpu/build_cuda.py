@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -66,6 +67,7 @@ class CudaBuild(threading.Thread):
         self.error: str | None = None
         self.cuda_major: int | None = None
         self.missing: list[str] = []   # sonames libggml-cuda.so still cannot find after the build
+        self.install_error: str | None = None
         self.started = time.monotonic()
         self.proc: subprocess.Popen | None = None
 
@@ -104,8 +106,17 @@ class CudaBuild(threading.Thread):
         targets = ["ggml-cuda"] + (["llama-server"] if self.full else [])
         self._run("build " + " ".join(targets),
                   [cmake, "--build", str(self.build_dir), "--target", *targets, "-j", str(self.jobs)])
-        self._run("install", [cmake, "--install", str(self.build_dir), "--component", "llama-server",
-                              "--prefix", str(self.prefix)])
+        try:
+            self._run("install", [cmake, "--install", str(self.build_dir), "--component", "llama-server",
+                                  "--prefix", str(self.prefix)])
+        except RuntimeError as exc:
+            # its runtime-dependency scan fails where cuBLAS lives outside the toolkit (pip's
+            # nvidia-* wheels); the backend itself is built: put it where Ollama looks
+            self.install_error = str(exc)
+            dest = self.prefix / "lib" / "ollama" / f"cuda_v{self.cuda_major}"
+            dest.mkdir(parents=True, exist_ok=True)
+            for path in (self.build_dir / "bin").glob("libggml-cuda*"):
+                shutil.copy2(path, dest / path.name, follow_symlinks=True)
         if self.full:
             self._install_cpu_side()
         self._complete_runtime()
@@ -126,7 +137,7 @@ class CudaBuild(threading.Thread):
         if backend is None:
             raise RuntimeError("the install put no libggml-cuda.so under lib/ollama/cuda_v*")
         roots = [Path("/usr/local/cuda/lib64"), Path("/usr/local/cuda/targets/x86_64-linux/lib"),
-                 Path("/usr/lib/x86_64-linux-gnu")]
+                 Path("/usr/lib/x86_64-linux-gnu"), *Path(sys.prefix).glob("lib/python3*/site-packages/nvidia")]
         nvcc = find_nvcc()
         if nvcc:
             roots.insert(0, Path(nvcc).resolve().parents[1])

@@ -288,7 +288,8 @@ class Check:
             self.build.join(10)
         b = self.build
         self.result["build"] = {"timings": b.timings, "error": b.error, "cuda_major": b.cuda_major,
-                                "missing_libs": b.missing, "jobs": b.jobs, "full": b.full,
+                                "missing_libs": b.missing, "install_error": b.install_error, "jobs": b.jobs,
+                                "full": b.full,
                                 "finished": not b.is_alive() and b.error is None}
         self.say(f"build: {self.result['build']}")
 
