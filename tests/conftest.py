@@ -73,29 +73,15 @@ def pytest_collection_modifyitems(config, items):
                                       (engine == "legacy" and smoke_only and item.path.name not in LEGACY_SMOKE) or
                                       (engine == "current" and item.get_closest_marker("legacy_only") is not None))
         (drop if out else keep).append(item)
-        if engine is not None and not out:
-            item.add_marker(pytest.mark.xdist_group(_rig_group(engine, item)))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
-# Under pytest-xdist (scripts/test.sh runs `-n 3 --dist loadgroup`) every rig test
-# runs in its group's one worker, which serves that engine once for the whole
-# group: the legacy engine, the current one, and the fault matrix on a second
-# current-engine server of its own (its faults kill and stop the server it
-# breaks, never the one the other group measures on). Unit tests fill the
-# workers' idle time: a rig test spends most of its wall time waiting on
-# llama-server or on a settle timer.
-FAULTS_GROUP = "rig-current-faults"
-
-
-def _rig_group(engine: str, item) -> str:
-    if engine == "current" and item.get_closest_marker("faults") is not None:
-        return FAULTS_GROUP
-    return f"rig-{engine}"
-
-
+# Under pytest-xdist (scripts/test.sh runs `-n 3`) this fixture is per worker
+# process: each worker serves the engines its tests need on a port of its own,
+# so a fault-matrix case that kills or stops its server never touches the
+# server another worker is measuring on.
 @pytest.fixture(scope="session", params=_engines())
 def rig(request):
     version = VERSIONS[request.param]
