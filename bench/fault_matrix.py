@@ -246,7 +246,9 @@ def _run_case(rig: Rig, case: Case, work: Path, budget_s: float, mounts: list[Pa
            # False: a restore went ahead while a request it had given up on still ran on the server
            "settled": next((b.get("settled") for k, b in reversed(server_entries)
                             if k in ("server.restored", "server.restore_failed")), None),
-           "wall_s": round(time.monotonic() - t0, 1)}
+           "wall_s": round(time.monotonic() - t0, 1),
+           # what the proxy did to each request, in order: which ones the fault hit
+           "proxy": [f"{h.at:6.1f} {h.method} {h.path} {h.action}" for h in proxy.history] if proxy else []}
     row["survived"] = (injected and row["exit"] in EXIT_CODES and not row["traceback"] and journal_ok
                        and not partial and (row["server_as_before"] or row["restore_cmd_printed"])
                        and row["settled"] is not False)

@@ -126,6 +126,12 @@ RESTORE_SETTLE_S = 30.0
 #: after a probe that was cut (Ctrl-C, an error, a timeout) with requests still on the
 #: server, how long the restore watches ``/api/ps`` for a load landing after it
 RESTORE_WATCH_S = 3.0
+#: how many times the restore is tried when the server or the network fails it
+#: (a reply that timed out, a dropped connection): a hiccup must not leave the
+#: user's server changed when a second try would have put it back
+RESTORE_TRIES = 3
+#: seconds between those tries
+RESTORE_RETRY_PAUSE_S = 1.0
 
 
 @contextlib.contextmanager
@@ -153,15 +159,33 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
                 busy = env.api.in_flight()
                 settled = bool(settle(RESTORE_SETTLE_S))
             # a cut request may have started a load that lands after the first pass
-            restore(env.api, before, watch_s=RESTORE_WATCH_S if cut and busy else 0.0)
+            tries = _retried(lambda: restore(env.api, before, watch_s=RESTORE_WATCH_S if cut and busy else 0.0))
         except Exception as exc:
             env.changed("restore_failed", key=key, host=env.api.host, models=was, reason=str(exc),
-                        settled=settled)
+                        settled=settled, tries=getattr(exc, "tries", 1))
             raise
         finally:
             if cancel_was_set:
                 env.cancel.set()
-        env.changed("restored", key=key, settled=settled)
+        env.changed("restored", key=key, settled=settled, tries=tries)
+
+
+def _retried(put_back: Callable[[], None], tries: int = RESTORE_TRIES) -> int:
+    """Run ``put_back`` until it succeeds, at most ``tries`` times, when the
+    server or the network fails it (ServerUnreachable, ProbeError); return how
+    many tries it took. The last failure is raised with ``tries`` set on it."""
+    for n in range(1, tries):
+        try:
+            put_back()
+            return n
+        except ProbeError:
+            time.sleep(RESTORE_RETRY_PAUSE_S)
+    try:
+        put_back()
+    except ProbeError as exc:
+        exc.tries = tries
+        raise
+    return tries
 
 
 def measured_server_env(parallel: int, kv_cache: str) -> dict[str, str]:

@@ -129,7 +129,7 @@ class Ollama:
         self._transport = transport
         self._client = client or ollama.Client(host=self.host, timeout=timeout_s, transport=transport)
         self._raw_client: httpx.Client | None = None  # built on first use: most gateways never need it
-        self._running: set = set()  # calls still in their worker thread (see settle)
+        self._running: set = set()  # loads, unloads and generations still in their worker thread (see settle)
 
     def settle(self, limit_s: float = 30.0) -> bool:
         """Wait (up to ``limit_s``) for requests the caller gave up on, a load
@@ -138,7 +138,7 @@ class Ollama:
         return settle(self._running, limit_s)
 
     def in_flight(self) -> int:
-        """Calls sent and not yet answered (a caller may have given up on them)."""
+        """Loads, unloads and generations sent and not yet answered (a caller may have given up on them)."""
         return len(self._running)
 
     # -- reading -------------------------------------------------------------
@@ -256,7 +256,7 @@ class Ollama:
         """``ollama pull MODEL``, only where the user allowed it. No
         whole-reply deadline: a download takes as long as it takes."""
         try:
-            self._call(lambda: self._client.pull(model), deadline=False)
+            self._call(lambda: self._client.pull(model), deadline=False, loads=True)
         except ollama.ResponseError as exc:
             raise _refused(f"ollama pull {model}", exc) from None
 
@@ -265,7 +265,7 @@ class Ollama:
         started = time.monotonic()
         try:
             resp = self._call(lambda: self._client.generate(model=model, options=dict(options or {}),
-                                                            keep_alive=keep_alive))
+                                                            keep_alive=keep_alive), loads=True)
         except ollama.ResponseError as exc:
             return Generation(ok=False, status=exc.status_code, error=exc.error,
                               duration_s=time.monotonic() - started)
@@ -275,7 +275,7 @@ class Ollama:
         """``ollama stop MODEL``; waits until ``/api/ps`` no longer lists it
         (the real unload is asynchronous)."""
         try:
-            self._call(lambda: self._client.generate(model=model, keep_alive=0))
+            self._call(lambda: self._client.generate(model=model, keep_alive=0), loads=True)
         except ollama.ResponseError:
             pass  # not loaded, or gone: either way it is not in memory
         gone = Retrying(stop=stop_after_delay(wait_s), wait=wait_fixed(0.05), retry_error_callback=lambda _: False,
@@ -319,7 +319,7 @@ class Ollama:
                               prompt_eval_count=last.prompt_eval_count if last else None,
                               eval_count=last.eval_count if last else None, duration_s=time.monotonic() - started)
 
-        return self._call(consume)  # the whole stream within the timeout, not each chunk
+        return self._call(consume, loads=True)  # the whole stream within the timeout, not each chunk
 
     def logprobs(self, model: str, prompt: str, options: Mapping[str, Any] | None = None, top: int = 5) -> list[dict]:
         """The per-token log-probabilities of one answer, ``[{token, logprob,
@@ -334,7 +334,7 @@ class Ollama:
                     for step in (getattr(resp, "logprobs", None) or [])]
 
         try:
-            return self._call(ask)
+            return self._call(ask, loads=True)
         except ollama.ResponseError as exc:
             raise _refused(f"logprobs of {model}", exc) from None
 
@@ -363,13 +363,16 @@ class Ollama:
             raise ollama.ResponseError(resp.text, resp.status_code)
         return resp.json()
 
-    def _call(self, fn: Callable[[], Any], deadline: bool = True) -> Any:
+    def _call(self, fn: Callable[[], Any], deadline: bool = True, loads: bool = False) -> Any:
         """``fn()`` (one request to the server) finished within ``timeout_s`` in
         all (unless not ``deadline``), with the client's errors as oomvet's.
         httpx bounds each read, so a reply dripping a few bytes at a time
-        would never time out there."""
+        would never time out there. A call that ``loads`` (a load, an unload,
+        a generation) is held in ``_running`` until it ends, for :meth:`settle`;
+        a read given up on (``/api/ps`` over a slow network) changes nothing
+        on the server, so the restore does not wait for it."""
         try:
-            return within(fn, self.timeout_s if deadline else None, self._running)
+            return within(fn, self.timeout_s if deadline else None, self._running if loads else None)
         except Overdue:
             raise ServerUnreachable(f"the Ollama server at {self.host} did not finish a reply within "
                                          f"{self.timeout_s:g} s (--timeout)") from None

@@ -34,6 +34,7 @@ class Seen:
     method: str
     path: str
     action: str  # "pass" or the mode that was applied
+    at: float = 0.0  # seconds after the proxy started
 
 
 class FaultProxy:
@@ -81,7 +82,8 @@ class FaultProxy:
         sock.settimeout(0.2)  # the accept loop looks at the stop flag this often
         self._sock = sock
         self.port = sock.getsockname()[1]
-        self._deadline = time.monotonic() + self.lifetime_s
+        self._started = time.monotonic()
+        self._deadline = self._started + self.lifetime_s
         self._spawn(self._accept_loop)
         return self
 
@@ -102,6 +104,9 @@ class FaultProxy:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def _age(self) -> float:
+        return round(time.monotonic() - self._started, 1)
 
     def _spawn(self, fn, *args) -> None:
         t = threading.Thread(target=fn, args=args, daemon=True, name="faultproxy")
@@ -173,7 +178,7 @@ class FaultProxy:
         back = threading.Thread(target=pump, args=(up, client), daemon=True)
         back.start()
         with self._lock:
-            self.history.append(Seen("-", "-", "pass"))
+            self.history.append(Seen("-", "-", "pass", self._age()))
         pump(client, up)
         back.join(timeout=self.io_timeout_s)
         with self._lock:
@@ -196,7 +201,7 @@ class FaultProxy:
             body += data
         mode = self._decide(path)
         with self._lock:
-            self.history.append(Seen(method, path.split("?")[0], mode))
+            self.history.append(Seen(method, path.split("?")[0], mode, self._age()))
         if mode == "http500":
             payload = b'{"error":"faultproxy: injected 500 Internal Server Error"}'
             client.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"

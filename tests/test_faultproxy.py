@@ -206,16 +206,30 @@ def test_unknown_mode_is_refused():
         FaultProxy(target="127.0.0.1:1", mode="explode")
 
 
-def test_settle_waits_for_a_request_the_caller_gave_up_on(upstream):
+def test_settle_waits_for_a_generation_the_caller_gave_up_on(upstream):
     """A load cut by Ctrl-C goes on in the server; the restore waits for it
     (Ollama.settle) so its unload is not overtaken by the load."""
     from common.errors import ServerUnreachable
     from probes.ollama_api import Ollama
 
+    with FaultProxy(target=upstream, mode="drip", paths=("/api/generate",), drip_bytes=8,
+                    drip_interval_s=0.05) as p:
+        api = Ollama(p.url, timeout_s=0.2)  # the streamed reply takes over a second here
+        with pytest.raises(ServerUnreachable):
+            api.generate("m", "hello")
+        assert api.in_flight() == 1  # still being answered
+        assert api.settle(0.0) is False  # no wait: it is still there
+        assert api.settle(10.0) is True and not api.in_flight()
+
+
+def test_a_read_the_caller_gave_up_on_is_not_waited_for(upstream):
+    """/api/ps dripping over a slow network changes nothing on the server: the
+    restore does not wait for it (it would wait out a reply of minutes)."""
+    from common.errors import ServerUnreachable
+    from probes.ollama_api import Ollama
+
     with FaultProxy(target=upstream, mode="drip", paths=("/api/ps",), drip_bytes=8, drip_interval_s=0.05) as p:
-        api = Ollama(p.url, timeout_s=0.2)  # the /api/ps reply takes over a second here
+        api = Ollama(p.url, timeout_s=0.2)
         with pytest.raises(ServerUnreachable):
             api.ps()
-        assert api.in_flight()  # still being answered
-        assert api.settle(0.0) is False  # no wait: it is still there
-        assert api.settle(5.0) is True and not api.in_flight()
+        assert api.in_flight() == 0 and api.settle(0.0) is True

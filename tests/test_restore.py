@@ -12,7 +12,7 @@ import pytest
 
 from probes import base
 from probes.base import restore
-from common.errors import ProbeError
+from common.errors import ProbeError, ServerUnreachable
 from probes.ollama_api import Generation, Loaded
 
 
@@ -122,3 +122,63 @@ def test_restoring_watches_only_when_the_probe_was_cut_with_a_request_on_the_ser
     with pytest.raises(KeyboardInterrupt), base.restoring(Env()):
         raise KeyboardInterrupt  # cut with a request on the server: watch for its load
     assert seen == [0.0, 0.0, base.RESTORE_WATCH_S]
+
+
+class HiccupServer(LateLoadServer):
+    """A server behind a network that fails the first ``fails`` reads of
+    /api/ps as a dropped or dripping reply would (ServerUnreachable), then
+    answers again."""
+
+    def __init__(self, loaded: dict, fails: int):
+        super().__init__(loaded)
+        self.fails = fails
+
+    def ps(self) -> list[Loaded]:
+        if self.fails:
+            self.fails -= 1
+            raise ServerUnreachable("the Ollama server at http://fake did not finish a reply within 8 s")
+        return super().ps()
+
+    def settle(self, limit_s):
+        return True
+
+    def in_flight(self):
+        return 0
+
+
+def _restoring_env(api):
+    import threading
+
+    class Env:
+        cancel = threading.Event()
+        entries: list = []
+
+        def changed(self, event, **data):
+            self.entries.append((event, data))
+
+    env = Env()
+    env.api = api
+    return env
+
+
+def test_a_network_hiccup_during_the_restore_is_tried_again_and_the_server_put_back(monkeypatch):
+    monkeypatch.setattr(base, "RESTORE_RETRY_PAUSE_S", 0.0)
+    server = HiccupServer({"neohorse-1:q4_1": 1024}, fails=0)
+    env = _restoring_env(server)
+    with base.restoring(env):
+        server.loaded = {"neohorse-1:q8_0": 4096}  # what the probe loaded
+        server.fails = 2  # the first two tries of the restore meet the hiccup
+    assert server.loaded == {"neohorse-1:q4_1": 1024}
+    assert env.entries[-1] == ("restored", {"key": env.entries[0][1]["key"], "settled": True, "tries": 3})
+
+
+def test_a_restore_that_fails_every_try_is_reported_with_how_often_it_was_tried(monkeypatch):
+    monkeypatch.setattr(base, "RESTORE_RETRY_PAUSE_S", 0.0)
+    server = HiccupServer({"neohorse-1:q4_1": 1024}, fails=0)
+    env = _restoring_env(server)
+    with pytest.raises(ServerUnreachable), base.restoring(env):
+        server.loaded = {"neohorse-1:q8_0": 4096}
+        server.fails = base.RESTORE_TRIES
+    event, data = env.entries[-1]
+    assert event == "restore_failed" and data["tries"] == base.RESTORE_TRIES
+    assert server.loaded == {"neohorse-1:q8_0": 4096}  # nothing pretended: it was not put back
