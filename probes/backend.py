@@ -91,6 +91,8 @@ def run(env: ProbeEnv, model: str, knob: str, value, num_ctx: int = 2048, old=No
 
 def _server_value(env: ProbeEnv, knob: str):
     current = env.control.env()
+    if current is None:  # the server's settings were not read: its value is not known
+        return None
     if knob == "num_parallel":
         return int(current.get("OLLAMA_NUM_PARALLEL", "1"))
     return current.get("OLLAMA_KV_CACHE_TYPE", "f16")

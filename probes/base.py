@@ -14,7 +14,7 @@ import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from common.errors import ExitCode, ProbeError, ProbeTimeout
 from probes.ollama_api import Loaded, Ollama, canonical_name
@@ -188,31 +188,51 @@ def _retried(put_back: Callable[[], None], tries: int = RESTORE_TRIES) -> int:
     return tries
 
 
+#: what Ollama runs with when a variable is not set (``envconfig``, the same on
+#: v0.11.4 and v0.34.4). Flash attention has no entry: unset is off on the
+#: legacy runner and *auto* on llama-server, so oomvet never writes it off.
+UNSET_MEANS = {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_KV_CACHE_TYPE": "f16"}
+
+
 def measured_server_env(parallel: int, kv_cache: str) -> dict[str, str]:
     """The server-wide settings a measurement runs with: the concurrency and the
-    KV cache type, with flash attention on exactly when the cache is quantized
-    (Ollama uses a quantized cache only with flash attention)."""
+    KV cache type, with flash attention on when the cache is quantized (Ollama
+    quantizes the cache only with flash attention). An f16 cache says nothing
+    of flash attention: ``OLLAMA_FLASH_ATTENTION=0`` would force it off where
+    unset means auto, and cost memory."""
     kv = str(kv_cache or "f16")
-    return {"OLLAMA_NUM_PARALLEL": str(max(1, int(parallel or 1))), "OLLAMA_KV_CACHE_TYPE": kv,
-            "OLLAMA_FLASH_ATTENTION": "1" if kv != "f16" else "0"}
+    env = {"OLLAMA_NUM_PARALLEL": str(max(1, int(parallel or 1))), "OLLAMA_KV_CACHE_TYPE": kv}
+    if kv != "f16":
+        env["OLLAMA_FLASH_ATTENTION"] = "1"
+    return env
+
+
+def settings_to_change(current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> dict[str, str]:
+    """The ``wanted`` settings that are not already in effect on a server whose
+    settings are ``current`` (an unset variable is Ollama's default); all of
+    them when ``current`` is None (not known: nothing is assumed in effect)."""
+    if current is None:
+        return {k: str(v) for k, v in wanted.items()}
+    return {k: str(v) for k, v in wanted.items()
+            if str(current.get(k) or UNSET_MEANS.get(k, "")) != str(v)}
 
 
 @contextlib.contextmanager
 def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
     """Run the block with these server-wide settings (``OLLAMA_NUM_PARALLEL``...),
     restarting a server oomvet owns and putting it back afterwards. Yields
-    False when the server would need a restart oomvet may not do: the block
-    then measures the server as it is."""
+    False when they are not known to be in effect and oomvet may not restart
+    the server (a user's server, or one whose settings it could not read):
+    the block then measures the server as it is, and nothing is verified."""
     current = env.control.env()
-    defaults = measured_server_env(1, "f16")  # what a server runs with when none is set
-    changes = {k: str(v) for k, v in wanted.items() if current.get(k, defaults.get(k, "")) != str(v)}
+    changes = settings_to_change(current, wanted)
     if not changes:
         yield True
         return
-    if not env.control.can_restart():
+    if current is None or not env.control.can_restart():
         yield False
         return
-    back = {k: current.get(k, defaults.get(k, "")) for k in changes}
+    back = {k: current.get(k) for k in changes}  # None: unset again, as it was
     key = f"settings-{time.monotonic_ns()}"
     env.changed("settings_before", key=key, host=env.api.host, settings=back, wanted=changes)
     env.control.restart(changes)

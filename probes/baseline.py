@@ -45,7 +45,9 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
     result = ProbeResult("baseline", ok=False)
     with restoring(env), server_settings(env, {"OLLAMA_NUM_PARALLEL": num_parallel}) as applied:
         if not applied:  # a user's server: measure it as it runs, and say so
-            num_parallel = int(env.control.env().get("OLLAMA_NUM_PARALLEL", num_parallel))
+            known = env.control.env()
+            if known is not None:
+                num_parallel = int(known.get("OLLAMA_NUM_PARALLEL") or 1)
             result.notes.append("the server runs with its own OLLAMA_NUM_PARALLEL; measured as it is")
         level = env.api.show(model).quantization  # also: a missing model fails here, before any reading
         if env.api.loaded(model):

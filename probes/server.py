@@ -36,27 +36,51 @@ class ServerControl(Protocol):
 
     def can_restart(self) -> bool: ...
 
-    def restart(self, env: Mapping[str, str]) -> None:
-        """Restart with these OLLAMA_* settings on top of the current ones."""
+    def restart(self, env: Mapping[str, str | None]) -> None:
+        """Restart with these OLLAMA_* settings on top of the current ones (None: unset)."""
 
-    def env(self) -> dict[str, str]:
-        """The OLLAMA_* (and LLAMA_ARG_*) settings the server runs with (as far as we know)."""
+    def env(self) -> dict[str, str] | None:
+        """The OLLAMA_* (and LLAMA_ARG_*) settings the server runs with, as read;
+        None when they could not be read (then none is assumed)."""
 
 
 class ForeignServer:
-    """A server oomvet did not start: never restarted, settings unknown unless told."""
+    """A server oomvet did not start: never restarted. Its settings are the
+    ones read from its process (:meth:`of_process`) or told; otherwise they
+    are unknown (``env()`` is None) and ``why`` says why."""
 
-    def __init__(self, env: Mapping[str, str] | None = None):
-        self._env = dict(env or {})
+    def __init__(self, env: Mapping[str, str] | None = None, *, source: str | None = None, why: str | None = None):
+        self._env = None if env is None else {str(k): str(v) for k, v in env.items()}
+        self.source = source or ("told" if env is not None else "unknown")
+        self.why = why or ("" if env is not None else "the server's settings were not read")
+
+    @classmethod
+    def of_process(cls, pid: int | None) -> "ForeignServer":
+        """The settings of the ``ollama serve`` process ``pid`` of this machine,
+        from its environment (``/proc/PID/environ``): readable for the user
+        who started it and for root."""
+        if pid is None:
+            return cls(why="no process of this machine serves that address")
+        try:
+            proc = psutil.Process(pid)
+            name, environ = proc.name(), proc.environ()
+        except psutil.AccessDenied:
+            return cls(why=f"the environment of process {pid} is another user's (run oomvet as that user "
+                           f"or root to read it)")
+        except psutil.Error as exc:
+            return cls(why=f"process {pid} could not be read ({type(exc).__name__})")
+        if "ollama" not in name.lower():
+            return cls(why=f"the process serving that address is {name} (pid {pid}), not ollama")
+        return cls({k: v for k, v in environ.items() if k.startswith(SETTING_PREFIXES)}, source="environ")
 
     def can_restart(self) -> bool:
         return False
 
-    def restart(self, env: Mapping[str, str]) -> None:
+    def restart(self, env: Mapping[str, str | None]) -> None:
         raise ProbeError("oomvet does not restart a server it did not start")
 
-    def env(self) -> dict[str, str]:
-        return dict(self._env)
+    def env(self) -> dict[str, str] | None:
+        return None if self._env is None else dict(self._env)
 
 
 def free_port() -> int:

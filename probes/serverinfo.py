@@ -86,7 +86,8 @@ def knobs_for(engine: str | None) -> dict:
 
 def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, log: LogDigest | None = None,
                 vram_total: int | None = None, local: bool | None = None, modelfile_num_ctx: int | None = None,
-                process_cmdlines: Sequence[str] = (), unknown_version_why: str = "") -> dict:
+                process_cmdlines: Sequence[str] = (), unknown_version_why: str = "",
+                settings_from: str | None = None) -> dict:
     """The ``server`` fact (rules/facts.py). ``env``: the server's environment
     when known (None: a server oomvet did not start and was not told about);
     ``log``: a digest of its log (the VRAM-tier line, a model start);
@@ -187,7 +188,8 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
             "flash_attention": fa, "kv_cache_type": str(kv).lower() if kv else None, "num_parallel": parallel,
             "fit_target": fit_target, "gpu_overhead": _int_env(from_env("OLLAMA_GPU_OVERHEAD")),
             "local": local, "sizes": {"llama-server": "measured", "runner": "estimate"}.get(engine or ""),
-            "knobs": knobs_for(engine), "unknown": unknown}
+            "knobs": knobs_for(engine), "unknown": unknown,
+            "settings_from": settings_from if env is not None else None}
 
 
 def read_server(version_of: Callable[[], str], **kw: Any) -> dict:

@@ -52,7 +52,12 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         if not applied:
             # a user's server runs with its own settings: the config cannot be verified here
             settings = " ".join(f"{k}={v}" for k, v in wanted_env.items())
-            result.error = f"not verified: restart Ollama with {settings} and run the check again"
+            if env.control.env() is None:  # not read, so not known to be in effect
+                why = getattr(env.control, "why", "") or "the server's settings were not read"
+                result.error = (f"not verified: {settings} could not be confirmed in effect ({why}); "
+                                f"restart Ollama with them and run the check again")
+            else:
+                result.error = f"not verified: restart Ollama with {settings} and run the check again"
             result.notes.append(result.error)
             result.facts.append({"kind": "stability", "config": dict(config), "eval_count": None,
                                  "done_reason": None, "answered": False, "repeat_share": None,

@@ -230,6 +230,9 @@ class Server(_Fact):
     sizes: Literal["estimate", "measured", None] = ABSENT  # /api/ps figures
     knobs: dict = ABSENT  # knob -> what it does on this version
     unknown: dict = ABSENT  # field -> why it is None
+    # where its OLLAMA_*/LLAMA_ARG_* settings were read: "environ" (its process),
+    # "oomvet" (a server oomvet started), "told"; None: not read (the values above say unknown)
+    settings_from: str | None = ABSENT
 
 
 class Log(_Fact):

@@ -26,7 +26,7 @@ def sample_result(**changes) -> dict:
         "verified": True, "fits": True,
         "diagnosis": {"cause": "kv_cache", "summary": "short ok, long fails: the KV cache outgrows the budget",
                       "advice": None},
-        "server_env": {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_FLASH_ATTENTION": "0", "OLLAMA_KV_CACHE_TYPE": "f16"},
+        "server_env": {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_KV_CACHE_TYPE": "f16"},
         "steps": [
             {"n": 1, "action": "probe", "probe": "baseline", "summary": "idle 100 MiB, loaded 380 MiB",
              "peak": 380 * MiB, "ok": True},

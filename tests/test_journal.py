@@ -186,7 +186,11 @@ class _Control:
     def restart(self, changes):
         if self.fail_next:
             raise RuntimeError("the server did not come back")
-        self.settings.update(changes)
+        for key, value in changes.items():  # None unsets, as ManagedServer.restart does
+            if value is None:
+                self.settings.pop(key, None)
+            else:
+                self.settings[key] = value
 
 
 def test_a_probe_change_is_journalled_before_it_and_its_undo_after(tmp_path):
@@ -202,8 +206,8 @@ def test_a_probe_change_is_journalled_before_it_and_its_undo_after(tmp_path):
         assert [(m.name, m.context_length) for m in api.ps()] == [("keep:1", 4096)]
         assert log.entries()[-1].kind == "server.restored" and log.unrestored() == []
         with server_settings(env, {"OLLAMA_NUM_PARALLEL": "4"}):
-            assert log.unrestored()[0]["settings"] == {"OLLAMA_NUM_PARALLEL": "1"}
-        assert log.unrestored() == [] and env.control.settings == {"OLLAMA_NUM_PARALLEL": "1"}
+            assert log.unrestored()[0]["settings"] == {"OLLAMA_NUM_PARALLEL": None}  # unset before
+        assert log.unrestored() == [] and env.control.settings == {}
 
 
 def test_a_restore_that_cannot_happen_prints_and_journals_the_command(tmp_path, capsys):
@@ -222,7 +226,7 @@ def test_a_restore_that_cannot_happen_prints_and_journals_the_command(tmp_path, 
         with pytest.raises(RuntimeError):
             with server_settings(env, {"OLLAMA_KV_CACHE_TYPE": "q8_0"}):
                 env.control.fail_next = True  # it went to q8_0, and cannot come back
-        assert log.entries(["server.restore_failed"])[-1].body["command"] == "OLLAMA_KV_CACHE_TYPE=f16 ollama serve"
+        assert log.entries(["server.restore_failed"])[-1].body["command"] == "env -u OLLAMA_KV_CACHE_TYPE ollama serve"
 
 
 def test_restore_command_for_nothing_loaded_says_so():

@@ -67,8 +67,7 @@ def test_systemd_dropin_sets_the_same_variables_under_service():
     lines = [ln for ln in text.splitlines() if ln.startswith("Environment=")]
 
     assert parser.sections() == ["Service"]
-    assert lines == ['Environment="OLLAMA_NUM_PARALLEL=2"', 'Environment="OLLAMA_FLASH_ATTENTION=0"',
-                     'Environment="OLLAMA_KV_CACHE_TYPE=f16"']
+    assert lines == ['Environment="OLLAMA_NUM_PARALLEL=2"', 'Environment="OLLAMA_KV_CACHE_TYPE=f16"']
 
 
 def test_llama_server_flags_are_translated_and_marked_not_measured():
@@ -225,7 +224,7 @@ def test_dry_run_prints_the_exact_create_command_and_env_changes_and_runs_nothin
     assert (f"OLLAMA_HOST=http://127.0.0.1:18434 ollama create neohorse-1-oomvet:q8_0 -f "
             f"{(tmp_path / 'Modelfile').resolve()}") in text
     assert "sudo systemctl daemon-reload && sudo systemctl restart ollama" in text
-    assert "OLLAMA_NUM_PARALLEL=2 OLLAMA_FLASH_ATTENTION=0 OLLAMA_KV_CACHE_TYPE=f16 ollama serve" in text
+    assert "OLLAMA_NUM_PARALLEL=2 OLLAMA_KV_CACHE_TYPE=f16 ollama serve" in text
     assert "launchctl setenv OLLAMA_NUM_PARALLEL 2" in text
 
 

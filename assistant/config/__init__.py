@@ -58,7 +58,7 @@ def build_config(result: Mapping[str, Any]) -> dict:
     doc["unverified"] = None if doc["verified"] else (result.get("unverified") or "no stability retest passed")
     doc["fits"] = fits
     doc["unmet"] = list(result.get("unmet") or [])
-    doc["ollama"] = (ollama_section(values, result.get("server_env") or {}, total)
+    doc["ollama"] = (ollama_section(values, result.get("server_env"), total)
                      if config and values.get("model") else None)
     diagnosis = _plain(result.get("diagnosis") or {})
     doc["diagnosis"] = {key: diagnosis.get(key) for key in DIAGNOSIS_KEYS}

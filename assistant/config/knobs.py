@@ -43,6 +43,10 @@ def ollama_section(values: Mapping[str, Any], server_env: Mapping[str, Any] | No
                    total_bytes: int | None = None) -> dict:
     """Map the values to Ollama's real knobs.
 
+    ``server_env``: the server variables the config needs changed, as the
+    session read the server (the ones already in effect left out); None when
+    what is in effect is not known, and then the concurrency is written too.
+
     max_context_len -> PARAMETER num_ctx (and the request option);
     max_batch_size -> PARAMETER num_batch; max_concurrency -> OLLAMA_NUM_PARALLEL;
     quant_type -> the tag in FROM; kv_cache -> OLLAMA_KV_CACHE_TYPE (+ flash
@@ -59,7 +63,7 @@ def ollama_section(values: Mapping[str, Any], server_env: Mapping[str, Any] | No
     kv = values.get("kv_cache") or "f16"
     util = values.get("gpu_memory_utilization")
     # the values are what was decided; the environment follows them
-    if parallel is not None:
+    if parallel is not None and (server_env is None or "OLLAMA_NUM_PARALLEL" in env):
         env["OLLAMA_NUM_PARALLEL"] = str(parallel)
     if kv != "f16":
         env["OLLAMA_KV_CACHE_TYPE"] = kv

@@ -153,6 +153,9 @@ def restore_command(change: Mapping[str, Any]) -> str:
                                   "unload whatever this lists with keep_alive 0"
 
 
-def restart_command(settings: Mapping[str, str]) -> str:
-    env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(settings.items()))
-    return f"{env} ollama serve".strip()
+def restart_command(settings: Mapping[str, str | None]) -> str:
+    """``ollama serve`` with these settings; a None one was unset before and is
+    unset again (``env -u``: an empty value is not the same to llama.cpp)."""
+    unset = " ".join(f"-u {k}" for k, v in sorted(settings.items()) if v is None)
+    env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(settings.items()) if v is not None)
+    return " ".join(p for p in (f"env {unset}" if unset else "", env, "ollama serve") if p)

@@ -157,8 +157,10 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
             server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)
             server_log, log_why = find_log(options.server_log or rig.server.log_path)
         else:
-            api, control, kind = Ollama(host_from(options), timeout_s=http_timeout), ForeignServer(), "ollama"
+            api, kind = Ollama(host_from(options), timeout_s=http_timeout), "ollama"
             server_pid = local_server(api.host)
+            # its settings as they are, from its process's environment; unknown when unreadable
+            control = ForeignServer.of_process(server_pid if server_pid != UNKNOWN_PID else None)
             server_log, log_why = find_log(options.server_log) \
                 if server_pid is not None or options.server_log else (None, "the server is elsewhere")
         api.version()  # unreachable -> ServerUnreachable (exit 3) before anything else
@@ -183,13 +185,26 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
         env = ProbeEnv(api=api, reader=selection.reader, limit_bytes=limit.bytes, device=info, control=control,
                        hz=options.hz, timeout_s=options.timeout_s,
                        on_gpu=info.vendor in ("nvidia", "amd"), blind=blind)
-        server = read_server(api.version, env=control.env() if control.can_restart() else None,
+        server = read_server(api.version, env=control.env(), settings_from=getattr(control, "source", "oomvet"),
                              log=parse_log(server_log.read()) if server_log is not None else None,
                              vram_total=(info.total_bytes or 0) if env.on_gpu else (None if blind else 0),
                              local=blind is None)
         env.log = server_log
+        if kind == "ollama" and blind is None:  # a user's server on this machine: say what was read
+            log(_settings_line(control))
         yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind, server_fact=server,
                     server_log=server_log, log_why=log_why)
+
+
+def _settings_line(control: ForeignServer) -> str:
+    """The user's server settings as read (or why they were not), one line."""
+    settings = control.env()
+    if settings is None:
+        return t("world.settings_unknown", why=control.why)
+    shown = {k: v for k, v in sorted(settings.items()) if k not in ("OLLAMA_HOST", "OLLAMA_MODELS")}
+    if not shown:
+        return t("world.settings_none")
+    return t("world.settings_read", settings=", ".join(f"{k}={v}" for k, v in shown.items()))
 
 
 def remote_selection(host: str) -> Selection:
