@@ -6,6 +6,8 @@
     python scripts/rig.py setup --rig-version 0.11.4  # one engine only
     python scripts/rig.py serve                       # v0.34.4 on a free loopback port until Ctrl-C
     python scripts/rig.py serve --rig-version 0.11.4  # the legacy engine instead
+    python scripts/rig.py serve --env OLLAMA_NUM_PARALLEL=4 --env OLLAMA_KV_CACHE_TYPE=q8_0
+                                                      # configured as a user's server would be
 
 ``OOMVET_RIG_VERSION`` is the default of ``--rig-version`` for ``serve``.
 """
@@ -38,6 +40,19 @@ def _until_stopped() -> None:
     signal.sigwait(stops)
 
 
+def _settings(pairs: list[str]) -> dict[str, str]:
+    """``["OLLAMA_NUM_PARALLEL=4", ...]`` -> a dict; anything else is refused."""
+    settings = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.startswith(("OLLAMA_", "LLAMA_ARG_")) or not value:
+            raise ValueError(f"--env takes KEY=VALUE with an OLLAMA_* or LLAMA_ARG_* key, not {pair!r}")
+        if key in ("OLLAMA_HOST", "OLLAMA_MODELS"):
+            raise ValueError(f"{key} is the rig's own (a free loopback port, its model store)")
+        settings[key] = value
+    return settings
+
+
 def _stop(signum, frame):
     raise KeyboardInterrupt  # a SIGTERM during a build unwinds like Ctrl-C: what was started is stopped
 
@@ -49,7 +64,16 @@ def main() -> int:
     parser.add_argument("--rig-version", metavar="V",
                         help=f"{CURRENT_VERSION} (current engine) or {LEGACY_VERSION} (legacy); "
                              "setup: default both, serve: default $OOMVET_RIG_VERSION or current")
+    parser.add_argument("--env", metavar="KEY=VALUE", action="append", default=[],
+                        help="serve: a server setting (OLLAMA_* or LLAMA_ARG_*), as a user sets it before "
+                             "`ollama serve`; repeat for more. Without it the rig runs on Ollama's defaults")
     args = parser.parse_args()
+    try:
+        settings = _settings(args.env)
+    except ValueError as exc:
+        parser.exit(2, f"rig: {exc}\n")
+    if settings and args.action != "serve":
+        parser.exit(2, "rig: --env is for serve (setup builds, it serves nothing)\n")
     try:
         if args.action == "setup":
             versions = [resolve_version(args.rig_version)] if args.rig_version else [CURRENT_VERSION, LEGACY_VERSION]
@@ -57,7 +81,7 @@ def main() -> int:
             versions = [resolve_version(args.rig_version)]
         for version in versions:
             started = time.monotonic()
-            with Rig(version=version) as rig:
+            with Rig(version=version, env=settings) as rig:
                 _ready(rig, started)
                 if args.action == "serve":
                     print(f"OLLAMA_HOST={rig.host}  (Ctrl-C stops it)", flush=True)
