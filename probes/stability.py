@@ -58,6 +58,8 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
                                 f"restart Ollama with them and run the check again")
             else:
                 result.error = f"not verified: restart Ollama with {settings} and run the check again"
+            if env.blind:  # a server elsewhere: its readings would not have been measurements either
+                result.error = f"{result.error}; {env.blind}"
             result.notes.append(result.error)
             result.facts.append({"kind": "stability", "config": dict(config), "eval_count": None,
                                  "done_reason": None, "answered": False, "repeat_share": None,

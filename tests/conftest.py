@@ -78,8 +78,9 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
-# Under pytest-xdist (scripts/test.sh runs `-n 3`) this fixture is per worker
-# process: each worker serves the engines its tests need on a port of its own,
+# Under pytest-xdist this fixture is per worker process (scripts/test.sh runs
+# the rig tests serially, but `pytest -n N` works): each worker serves the
+# engines its tests need on a port of its own,
 # so a fault-matrix case that kills or stops its server never touches the
 # server another worker is measuring on.
 @pytest.fixture(scope="session", params=_engines())
