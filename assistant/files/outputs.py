@@ -119,6 +119,8 @@ def _env_lines(doc: Mapping[str, Any], line: Callable[[str, str], str], off: str
     a comment saying why, itself commented out with ``off``."""
     env, optional = server_env(doc)
     lines = [line(k, v) for k, v in env.items()]
+    if not env:  # the server already runs with what the config needs: its own settings stay
+        lines.append("# " + t("outputs.env_none", "en"))
     for key, value in optional.items():
         lines.append(f"# optional: {_OPTIONAL_WHY.get(key, '')}".rstrip())
         lines.append(off + line(key, value))
