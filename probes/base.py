@@ -207,14 +207,18 @@ def measured_server_env(parallel: int, kv_cache: str) -> dict[str, str]:
     return env
 
 
-def settings_to_change(current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> dict[str, str]:
+def settings_to_change(current: Mapping[str, str] | None, wanted: Mapping[str, str],
+                       fa_auto: bool = False) -> dict[str, str]:
     """The ``wanted`` settings that are not already in effect on a server whose
     settings are ``current`` (an unset variable is Ollama's default); all of
-    them when ``current`` is None (not known: nothing is assumed in effect)."""
+    them when ``current`` is None (not known: nothing is assumed in effect).
+    ``fa_auto``: the server is v0.30+ (llama-server), where flash attention
+    unset is *auto*, which a quantized cache works with: it is left as it is."""
     if current is None:
         return {k: str(v) for k, v in wanted.items()}
     return {k: str(v) for k, v in wanted.items()
-            if str(current.get(k) or UNSET_MEANS.get(k, "")) != str(v)}
+            if str(current.get(k) or UNSET_MEANS.get(k, "")) != str(v)
+            and not (fa_auto and k == "OLLAMA_FLASH_ATTENTION" and str(v) == "1" and not current.get(k))}
 
 
 @contextlib.contextmanager
@@ -225,7 +229,7 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
     the server (a user's server, or one whose settings it could not read):
     the block then measures the server as it is, and nothing is verified."""
     current = env.control.env()
-    changes = settings_to_change(current, wanted)
+    changes = settings_to_change(current, wanted, fa_auto=_fa_auto(env, current, wanted))
     if not changes:
         yield True
         return
@@ -245,6 +249,19 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
             env.changed("restore_failed", key=key, host=env.api.host, settings=back, reason=str(exc))
             raise
         env.changed("settings_restored", key=key)
+
+
+def _fa_auto(env: ProbeEnv, current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> bool:
+    """Whether flash attention unset means auto on this server (v0.30+); asked
+    of the server only when it matters."""
+    if current is None or "OLLAMA_FLASH_ATTENTION" not in wanted or current.get("OLLAMA_FLASH_ATTENTION"):
+        return False
+    from probes.serverinfo import engine_of
+
+    try:
+        return engine_of(env.api.version()) == "llama-server"
+    except ProbeError:
+        return False
 
 
 def restore(api: Ollama, before: list[Loaded], watch_s: float = 0.0, passes: int = 3) -> None:

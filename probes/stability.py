@@ -64,7 +64,8 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
             result.facts.append({"kind": "stability", "config": dict(config), "eval_count": None,
                                  "done_reason": None, "answered": False, "repeat_share": None,
                                  "errors": [result.error], "peak": None,
-                                 "measured": False, "unmeasured": result.error})
+                                 "measured": False, "unmeasured": result.error,
+                                 "unconfirmed": result.error.removeprefix("not verified: ")})
             return result
         if prompt_tokens is None:
             # the task's own token count, measured with room to spare, so a cut prompt is visible

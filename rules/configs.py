@@ -73,7 +73,8 @@ def baseline_config(st: dict) -> dict:
         "max_batch_size": reading.get("num_batch") or thresholds.CONSERVATIVE_NUM_BATCH,
         "max_concurrency": reading.get("num_parallel") or thresholds.CONSERVATIVE_NUM_PARALLEL,
         "quant_type": reading.get("level"),
-        "kv_cache": thresholds.DEFAULT_KV_CACHE,
+        # the cache type the user's server runs with, as read; f16 where it was not read
+        "kv_cache": st.get("srv_kv") or thresholds.DEFAULT_KV_CACHE,
         "gpu_memory_utilization": utilization(st, reading.get("peak")),
     }
 

@@ -6,7 +6,8 @@ written by the two reading rules below, so a rule that names one cannot match
 before its fact arrived):
 
 - ``srv_engine``, ``srv_default_ctx``, ``srv_default_ctx_why``, ``srv_vram_total``,
-  ``srv_fa``, ``srv_kv_quant``, ``srv_fit_target``, ``srv_gpu_overhead`` (server)
+  ``srv_fa``, ``srv_kv_quant``, ``srv_kv`` (the cache type as read, "" unknown),
+  ``srv_fit_target``, ``srv_gpu_overhead`` (server)
 - ``log_backoff_old``, ``log_backoff_new``, ``log_runtime_oom``, ``log_kv_needs_fa`` (log)
 - ``found_<finding>``: the finding is recorded once
 - ``setup_problem``: ``"engine_missing"`` (no engine binary) or ``"setting_refused"``
@@ -35,7 +36,7 @@ def note_server(st: dict, f: dict) -> None:
     kv = (f.get("kv_cache_type") or "").lower()
     st.update(srv_engine=f.get("engine") or "", srv_default_ctx=f.get("default_ctx") or 0,
               srv_default_ctx_why=f.get("default_ctx_why") or "", srv_vram_total=f.get("vram_total") or 0,
-              srv_fa=f.get("flash_attention") or "", srv_kv_quant=kv in _QUANT_KV,
+              srv_fa=f.get("flash_attention") or "", srv_kv_quant=kv in _QUANT_KV, srv_kv=kv,
               srv_fit_target=f.get("fit_target") or 0, srv_gpu_overhead=f.get("gpu_overhead") or 0)
     for key in ("default_ctx", "kv_needs_fa", "overhead_ignored"):
         st.setdefault("found_" + key, False)

@@ -197,6 +197,8 @@ class Stability(_Measurement):
     # the retest verifies a config only with a measured peak, so it must say
     # whether its peak was measured: a missing word is not a yes
     measured: bool
+    # the server settings the retest needed that could not be confirmed in effect, and why
+    unconfirmed: str | None = ABSENT
     config: dict
     eval_count: int | None
     done_reason: str | None

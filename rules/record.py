@@ -272,3 +272,5 @@ def note_unmeasured(st: dict, f: dict) -> None:
     final step says why a config could not be verified."""
     if f.get("measured") is False and f.get("unmeasured"):
         st["unmeasured_why"] = f["unmeasured"]
+    if f.get("unconfirmed"):
+        st["unconfirmed_why"] = f["unconfirmed"]

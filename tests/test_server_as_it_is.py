@@ -117,3 +117,38 @@ def test_files_for_a_server_not_read_name_the_settings_and_never_turn_flash_atte
         assert active["OLLAMA_NUM_PARALLEL"] == "1" and active["OLLAMA_KV_CACHE_TYPE"] == kv
         assert active.get("OLLAMA_FLASH_ATTENTION") == ("1" if kv != "f16" else None)
         assert "OLLAMA_FLASH_ATTENTION=0" not in files["oomvet-ollama.conf"]
+
+
+# ---------------------------------------------------------------- a retest on settings not read
+
+def test_a_retest_on_a_server_whose_settings_were_not_read_is_not_a_measurement_and_says_which():
+    import oomsim as sim
+    from probes import stability
+    from probes.base import ProbeEnv
+    from probes.ollama_api import Ollama
+    from tests.test_sim_http import make
+
+    with sim.start(make()) as handle:
+        env = ProbeEnv(api=Ollama(handle.host), reader=None,
+                       control=ForeignServer(why="the environment of process 4242 is another user's"))
+        config = {"model": "neohorse-1:q4_K_M", "max_context_len": 4096, "max_batch_size": 512,
+                  "max_concurrency": 1, "kv_cache": "f16"}
+        result = stability.run(env, config)
+        assert handle.state.runners == {}  # nothing was loaded: there is nothing it could confirm
+    (fact,) = result.facts
+    assert fact["measured"] is False and fact["peak"] is None
+    assert "OLLAMA_NUM_PARALLEL=1 OLLAMA_KV_CACHE_TYPE=f16 could not be confirmed" in fact["unconfirmed"]
+    assert "another user's" in fact["unconfirmed"]
+
+
+def test_the_final_step_names_the_settings_it_could_not_confirm():
+    from rules import record, steps
+    from rules.state import initial_state
+
+    st = initial_state("s1")
+    record.note_unmeasured(st, {"kind": "stability", "measured": False, "unmeasured": "not verified: x",
+                                "unconfirmed": "OLLAMA_NUM_PARALLEL=1 could not be confirmed in effect (why)"})
+    done = steps.done(st, fits=True, advice="")
+    assert done["verified"] is False
+    assert done["unverified"] == ("the server's settings were not confirmed: "
+                                  "OLLAMA_NUM_PARALLEL=1 could not be confirmed in effect (why)")
