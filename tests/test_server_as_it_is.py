@@ -152,3 +152,12 @@ def test_the_final_step_names_the_settings_it_could_not_confirm():
     assert done["verified"] is False
     assert done["unverified"] == ("the server's settings were not confirmed: "
                                   "OLLAMA_NUM_PARALLEL=1 could not be confirmed in effect (why)")
+
+
+def test_flash_attention_auto_on_llama_server_is_what_a_quantized_cache_needs():
+    wanted = measured_server_env(4, "q8_0")
+    current = {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_KV_CACHE_TYPE": "q8_0"}  # FA unset
+    assert settings_to_change(current, wanted, fa_auto=True) == {}  # v0.30+: unset is auto
+    assert settings_to_change(current, wanted) == {"OLLAMA_FLASH_ATTENTION": "1"}  # legacy: unset is off
+    assert settings_to_change(dict(current, OLLAMA_FLASH_ATTENTION="0"), wanted, fa_auto=True) == \
+        {"OLLAMA_FLASH_ATTENTION": "1"}  # forced off is off on every version
