@@ -360,6 +360,8 @@ class SimControl:
     restart, and a restart applies ``OLLAMA_*`` variables on top of the
     current ones (an empty value restores Ollama's default)."""
 
+    source = "oomvet"  # the simulator's settings are the ones it was started with
+
     def __init__(self, server: "SimServer"):
         self._server = server
 

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 
-from probes.base import ProbeEnv, measured_server_env, restoring, server_settings
+from probes.base import UNSET_MEANS, ProbeEnv, measured_server_env, restoring, server_settings
 from probes.evidence import spill_error
 from probes.result import ProbeResult, timed
 from probes.step import sampled
@@ -94,8 +94,8 @@ def _server_value(env: ProbeEnv, knob: str):
     if current is None:  # the server's settings were not read: its value is not known
         return None
     if knob == "num_parallel":
-        return int(current.get("OLLAMA_NUM_PARALLEL", "1"))
-    return current.get("OLLAMA_KV_CACHE_TYPE", "f16")
+        return int(current.get("OLLAMA_NUM_PARALLEL") or UNSET_MEANS["OLLAMA_NUM_PARALLEL"])
+    return current.get("OLLAMA_KV_CACHE_TYPE") or UNSET_MEANS["OLLAMA_KV_CACHE_TYPE"]
 
 
 def _measure(env: ProbeEnv, model: str, settings: dict, cost, label: str, result: ProbeResult):

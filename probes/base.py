@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 from common.errors import ExitCode, ProbeError, ProbeTimeout
 from probes.ollama_api import Loaded, Ollama, canonical_name
 from probes.server import ForeignServer, ServerControl
+from probes.serverinfo import engine_of
 from probes.units import fmt_size
 
 #: How close to the idle level a reading must come after an unload before the
@@ -256,8 +257,6 @@ def _fa_auto(env: ProbeEnv, current: Mapping[str, str] | None, wanted: Mapping[s
     of the server only when it matters."""
     if current is None or "OLLAMA_FLASH_ATTENTION" not in wanted or current.get("OLLAMA_FLASH_ATTENTION"):
         return False
-    from probes.serverinfo import engine_of
-
     try:
         return engine_of(env.api.version()) == "llama-server"
     except ProbeError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from probes import sanity
-from probes.base import ProbeEnv, restoring, server_settings
+from probes.base import UNSET_MEANS, ProbeEnv, restoring, server_settings
 from probes.evidence import failure_fields, log_facts, log_window
 from probes.result import ProbeResult, timed
 from probes.step import measure_checked, sampled
@@ -47,7 +47,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
         if not applied:  # a user's server: measure it as it runs, and say so
             known = env.control.env()
             if known is not None:
-                num_parallel = int(known.get("OLLAMA_NUM_PARALLEL") or 1)
+                num_parallel = int(known.get("OLLAMA_NUM_PARALLEL") or UNSET_MEANS["OLLAMA_NUM_PARALLEL"])
             result.notes.append("the server runs with its own OLLAMA_NUM_PARALLEL; measured as it is")
         level = env.api.show(model).quantization  # also: a missing model fails here, before any reading
         if env.api.loaded(model):

@@ -34,6 +34,9 @@ SETTING_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
 class ServerControl(Protocol):
     """What a probe may do to the server besides sending requests."""
 
+    #: where ``env()`` comes from: "oomvet" (it started the server), "environ", "told", "unknown"
+    source: str
+
     def can_restart(self) -> bool: ...
 
     def restart(self, env: Mapping[str, str | None]) -> None:
@@ -179,7 +182,9 @@ class ManagedServer:
                 child.kill()
         psutil.wait_procs(children, timeout=timeout_s)
 
-    # ServerControl
+    # ServerControl: its settings are the ones oomvet started it with
+    source = "oomvet"
+
     def can_restart(self) -> bool:
         return True
 

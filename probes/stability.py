@@ -54,18 +54,19 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
             settings = " ".join(f"{k}={v}" for k, v in wanted_env.items())
             if env.control.env() is None:  # not read, so not known to be in effect
                 why = getattr(env.control, "why", "") or "the server's settings were not read"
-                result.error = (f"not verified: {settings} could not be confirmed in effect ({why}); "
-                                f"restart Ollama with them and run the check again")
+                unconfirmed = (f"{settings} could not be confirmed in effect ({why}); "
+                               f"restart Ollama with them and run the check again")
             else:
-                result.error = f"not verified: restart Ollama with {settings} and run the check again"
+                unconfirmed = f"the server runs other settings: restart Ollama with {settings} and run the check again"
             if env.blind:  # a server elsewhere: its readings would not have been measurements either
-                result.error = f"{result.error}; {env.blind}"
+                unconfirmed = f"{unconfirmed}; {env.blind}"
+            result.error = f"not verified: {unconfirmed}"
             result.notes.append(result.error)
             result.facts.append({"kind": "stability", "config": dict(config), "eval_count": None,
                                  "done_reason": None, "answered": False, "repeat_share": None,
                                  "errors": [result.error], "peak": None,
                                  "measured": False, "unmeasured": result.error,
-                                 "unconfirmed": result.error.removeprefix("not verified: ")})
+                                 "unconfirmed": unconfirmed})
             return result
         if prompt_tokens is None:
             # the task's own token count, measured with room to spare, so a cut prompt is visible

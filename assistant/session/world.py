@@ -185,7 +185,7 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
         env = ProbeEnv(api=api, reader=selection.reader, limit_bytes=limit.bytes, device=info, control=control,
                        hz=options.hz, timeout_s=options.timeout_s,
                        on_gpu=info.vendor in ("nvidia", "amd"), blind=blind)
-        server = read_server(api.version, env=control.env(), settings_from=getattr(control, "source", "oomvet"),
+        server = read_server(api.version, env=control.env(), settings_from=control.source,
                              log=parse_log(server_log.read()) if server_log is not None else None,
                              vram_total=(info.total_bytes or 0) if env.on_gpu else (None if blind else 0),
                              local=blind is None)
