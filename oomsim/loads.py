@@ -54,7 +54,7 @@ class Loads:
             self._expire(now)
             current = self.runners.get(key)
             same_ctx = current is not None and (current.num_ctx == num_ctx or (auto and current.auto_ctx))
-            if current is not None and same_ctx and current.num_batch == num_batch \
+            if current is not None and same_ctx and (current.asked_batch or current.num_batch) == num_batch \
                     and (num_gpu < 0 or current.num_gpu == num_gpu) and current.num_parallel == settings.num_parallel:
                 current.expires_at = None if keep_s is None else now + max(keep_s, 0.0)
                 current.refs += int(hold)
@@ -65,6 +65,7 @@ class Loads:
                 runner = self._load_current(model, settings, num_ctx, num_batch, num_gpu, now, auto)
             else:
                 runner = self._load(model, settings, num_ctx, num_batch, num_gpu, now)
+            runner.asked_batch = num_batch
             runner.expires_at = None if keep_s is None else now + max(keep_s, 0.0)
             runner.refs += int(hold)
             self.runners[key] = runner
@@ -179,7 +180,8 @@ class Loads:
         def fit(layers: int = num_gpu) -> memmodel.Placement:
             return memmodel.place(arch, model.weights_bytes, num_ctx, s.num_parallel, num_batch, kv, free,
                                   num_gpu=layers, overhead_bytes=s.fit_target_bytes, min_gpu_bytes=0,
-                                  unified=dev.unified, estimate_min_ctx=0)
+                                  unified=dev.unified, estimate_min_ctx=0,
+                                  compute_bytes=memmodel.llama_server_compute_bytes(arch, num_ctx, num_batch))
 
         p = fit()
         gpu = max(p.size_vram_bytes - p.buffer_bytes, 0) if p.layers_gpu else 0

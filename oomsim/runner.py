@@ -16,7 +16,7 @@ class Runner:
 
     model: ModelSpec
     num_ctx: int               # per slot, as requested (``/api/ps`` context_length)
-    num_batch: int
+    num_batch: int             # the batch the runner uses (the current engine raises an unset one)
     num_gpu: int
     num_parallel: int
     kv_type: str               # the type really used
@@ -35,6 +35,8 @@ class Runner:
     auto_ctx: bool = False     # num_ctx chosen by the server (current engine): any auto request reuses it
     measured: bool = False     # /api/ps shows measured buffers (current engine), not the estimate
     last_error: str = ""       # what the runtime printed when it died (Ollama's captured error)
+    asked_batch: int = 0       # the num_batch the load's request carried (512 when unset): a request
+                               # carrying the same is served by this runner, not a reload
 
     @property
     def ctx_slot(self) -> int:

@@ -11,18 +11,15 @@ the weights alone — a diagnostic, never a recommendation.
 """
 from __future__ import annotations
 
-import threading
 import time
-import uuid
 
-from probes.base import UNSET_MEANS, ProbeEnv, measured_server_env, restoring, server_settings
+from probes.base import UNSET_MEANS, ProbeEnv, generate_at_once, measured_server_env, restoring, server_settings
 from probes.evidence import spill_error
 from probes.result import ProbeResult, timed
 from probes.step import sampled
 from probes.context import calibrate
 from common.errors import ProbeError
 from probes.notes import Note
-from probes.texts import fill_prompt
 from probes.units import fmt_size
 
 KNOBS = ("num_batch", "num_parallel", "kv_cache_type", "kv_cache_off")
@@ -110,14 +107,7 @@ def _measure(env: ProbeEnv, model: str, settings: dict, cost, label: str, result
         gens = []
         if load.ok and not spilled and not step.over_limit():  # over at load: the load is the OOM
             step.mark("request")
-            gens = [None] * requests
-            threads = [threading.Thread(target=lambda i=i: gens.__setitem__(
-                i, env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)))
-                for i in range(requests)]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+            gens = generate_at_once(env, model, units, options, requests)
     if load.ok:
         env.unload(model)
     errors = [g.error for g in gens if g is not None and not g.ok] or ([load.error] if not load.ok else [])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
@@ -20,6 +21,7 @@ from common.errors import ExitCode, ProbeError, ProbeTimeout
 from probes.ollama_api import Loaded, Ollama, canonical_name
 from probes.server import ForeignServer, ServerControl
 from probes.serverinfo import engine_of
+from probes.texts import fill_prompt
 from probes.units import fmt_size
 
 #: How close to the idle level a reading must come after an unload before the
@@ -314,3 +316,16 @@ def _stays(api: Ollama, before: list[Loaded], watch_s: float) -> bool:
 def _ps_line(rows: list[Loaded]) -> str:
     return ", ".join(f"{m.name} (num_ctx {m.context_length})" if m.context_length else m.name
                      for m in rows) or "nothing loaded"
+
+
+def generate_at_once(env: ProbeEnv, model: str, units: int, options: dict, n: int) -> list:
+    """``n`` fill prompts of ``units`` sent together from ``n`` threads (each
+    with its own words, so no prompt cache is shared): the generations, in order."""
+    gens: list = [None] * n
+    threads = [threading.Thread(target=lambda i=i: gens.__setitem__(
+        i, env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options))) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return gens

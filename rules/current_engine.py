@@ -34,7 +34,7 @@ _QUANT_KV = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 
 def note_server(st: dict, f: dict) -> None:
     kv = (f.get("kv_cache_type") or "").lower()
-    st.update(srv_engine=f.get("engine") or "", srv_default_ctx=f.get("default_ctx") or 0,
+    st.update(srv_seen=True, srv_engine=f.get("engine") or "", srv_default_ctx=f.get("default_ctx") or 0,
               srv_default_ctx_why=f.get("default_ctx_why") or "", srv_vram_total=f.get("vram_total") or 0,
               srv_fa=f.get("flash_attention") or "", srv_kv_quant=kv in _QUANT_KV, srv_kv=kv,
               srv_fit_target=f.get("fit_target") or 0, srv_gpu_overhead=f.get("gpu_overhead") or 0)

@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 PHASES = ("load", "long_input", "concurrent", "slow", "creeping", "crash", "unknown")
 CAUSES = ("weights", "kv_cache", "not_released", "concurrency", "not_memory")
 ACTIONS = ("ask", "probe", "change", "done")
-PROBES = ("baseline", "context", "quant", "backend", "stability")
+PROBES = ("reproduce", "baseline", "context", "quant", "backend", "stability")
 TIERS = ("short", "medium", "long", "longer", "longest")
 REMEDIES = ("context", "quant", "backend")
 #: the kinds a probe measures: each is read by a reading rule, which gives its verdict
-MEASUREMENTS = ("load", "tier", "quant_trial", "knob_trial", "stability")
+MEASUREMENTS = ("reproduction", "load", "tier", "quant_trial", "knob_trial", "stability")
 # where Ollama put the model (/api/ps size_vram vs size); "partial"/"cpu" on a
 # GPU is a memory shortage even without an error
 PLACEMENTS = ("gpu", "partial", "cpu", None)
@@ -91,6 +91,7 @@ class Target(_Fact):
     budget: int | None
     keep_context: bool | None = ABSENT
     keep_concurrency: bool | None = ABSENT
+    ctx_unset: bool | None = ABSENT  # True: the user's app sends no num_ctx (the server's default applies)
 
 
 class Device(_Fact):
@@ -120,6 +121,32 @@ class Load(_Measurement):
     placement: Placement = ABSENT
     # quantization level of the loaded tag (/api/ps details.quantization_level,
     # e.g. "Q8_0"); the config's quant_type comes from here, never a guess
+    level: str | None = ABSENT
+    failure: Failure = ABSENT
+    oom_marker: str | None = ABSENT
+
+
+class Reproduction(_Measurement):
+    """The user's setup as it runs (probes/reproduce.py): the model at the
+    context they asked for, on the server's own settings, under the load
+    their symptom names. Whether that failed is the rules' reading."""
+    kind: Literal["reproduction"]
+    model: str
+    num_ctx: int | None  # None: the app sends none and the server did not say what it gave
+    # the server's OLLAMA_NUM_PARALLEL as read, and where from; None: not read
+    num_parallel: int | None
+    parallel_from: str
+    requests: int  # sent at once; 0: the load alone (a failure at load)
+    phase: Literal[PHASES]
+    answered: bool
+    error: str | None
+    peak: int | None
+    used_idle: int | None = ABSENT
+    size: int | None = ABSENT
+    size_vram: int | None = ABSENT
+    placement: Placement = ABSENT
+    prompt_tokens: int | None = ABSENT  # the least any request had evaluated
+    sent_tokens: int | None = ABSENT    # what each request's fill sent
     level: str | None = ABSENT
     failure: Failure = ABSENT
     oom_marker: str | None = ABSENT
@@ -300,7 +327,7 @@ class Next(_Fact):
 #: kind -> its model
 KINDS: dict[str, type[_Fact]] = {
     get_args(m.model_fields["kind"].annotation)[0]: m
-    for m in (Symptom, Target, Device, Load, Tier, QuantTrial, KnobTrial, Stability, Server, Log, Answer, ProbeDone,
+    for m in (Symptom, Target, Device, Reproduction, Load, Tier, QuantTrial, KnobTrial, Stability, Server, Log, Answer, ProbeDone,
               Refusal, Stop, Diagnosis, Next)}
 _FACT = TypeAdapter(Annotated[Union[tuple(KINDS.values())], Field(discriminator="kind")])
 

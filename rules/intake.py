@@ -3,8 +3,8 @@
 These deciding rules answer a ``_decide`` before any interpretation or plan: a
 session that ran too long or must stop ends here (priorities 99-100), a session
 still waiting for an answer or a measurement keeps its step (101-103), and a
-new session asks what it needs to know, then starts the baseline probe
-(110-117). Sentences: common/messages/rules/sentences.yaml, under
+new session asks what it needs to know, then reproduces the user's own setup and
+starts the baseline probe (110-118). Sentences: common/messages/rules/sentences.yaml, under
 ``rule.<name>``.
 """
 from __future__ import annotations
@@ -70,6 +70,10 @@ with TREE:
     def stop_without_limit(st):
         return steps.done(st, False, "need_limit")
 
-    @deciding_rule(117, INTAKE)
+    @deciding_rule(117, INTAKE & (state.srv_seen == True) & (state.repro_tried == False))  # noqa: E712
+    def reproduce_first(st):
+        return steps.probe(st, "reproduce")
+
+    @deciding_rule(118, INTAKE)
     def start_with_baseline(st):
         return steps.probe(st, "baseline")

@@ -32,6 +32,18 @@ LADDER = finished_in("backend") & (state.knob_phase == "ladder")
 
 with TREE:
 
+    # --- the user's own setup ------------------------------------------------------------
+
+    @deciding_rule(119, finished_in("reproduce"))
+    def reproduction_read(st):
+        # what it showed is kept for the diagnosis; the method goes on from
+        # conservative settings either way
+        if st["repro"] == "unrun":
+            st["repro"] = "unmeasured"
+        st["stage"] = "intake"
+        st["awaiting"] = "none"
+        st["again"] = True
+
     # --- the baseline --------------------------------------------------------------------
 
     @deciding_rule(120, finished_in("baseline") & (state.load == "no_fit"))

@@ -22,6 +22,12 @@ def diagnose(st: dict, cause: str, advice: str = "") -> None:
     """``cause`` is now the open problem; the first cause found stays the
     session's diagnosis, later ones are kept beside it."""
     st["problem"] = cause
+    name_cause(st, cause, advice)
+
+
+def name_cause(st: dict, cause: str, advice: str = "") -> None:
+    """``cause`` is what the failure shown was, and the config in hand already
+    removes it: the diagnosis, with no problem left open."""
     if st["cause"] == "none":
         st["cause"] = cause
     if cause not in st["causes"]:
@@ -111,18 +117,25 @@ def _clear_candidate(st: dict) -> None:
     st["backend_fit"] = {}
 
 
-def start_concurrency_ladder(st: dict) -> None:
-    """The wished concurrency overflows: that measured config is the point each
-    backend change is made against, one knob at a time (batch, then
-    concurrency, then KV cache)."""
+def start_concurrency_ladder(st: dict, slots: int = 0) -> None:
+    """The wished concurrency overflows (or, with ``slots``, the server's own
+    slots did when the user's setup was reproduced): that measured config is
+    the point each backend change is made against, one knob at a time. The
+    server's slots come down to the wished concurrency first (that costs the
+    user nothing they asked for), then the KV cache type, the batch, and
+    fewer concurrent requests."""
     reference = dict(st["config"])
-    reference["max_concurrency"] = st["want_parallel"]
-    reference["gpu_memory_utilization"] = utilization(st, st["knob_reading"].get("peak"))
+    reference["max_concurrency"] = slots or st["want_parallel"]
+    peak = st["repro_at"].get("peak") if slots else st["knob_reading"].get("peak")
+    reference["gpu_memory_utilization"] = utilization(st, peak)
     st["reference"] = reference
     st["against_reference"] = True
-    ladder = [["kv_cache", kv] for kv in thresholds.KV_CACHE_LADDER if kv != reference.get("kv_cache")]
+    ladder = []
+    if slots and 1 <= st["want_parallel"] < slots:
+        ladder.append(["max_concurrency", st["want_parallel"]])
+    ladder += [["kv_cache", kv] for kv in thresholds.KV_CACHE_LADDER if kv != reference.get("kv_cache")]
     ladder += [["max_batch_size", b] for b in thresholds.BATCH_LADDER if b < reference["max_batch_size"]]
-    parallel = st["want_parallel"] // 2
+    parallel = min(st["want_parallel"] or slots, slots or st["want_parallel"]) // 2
     while parallel >= 2:
         ladder.append(["max_concurrency", parallel])
         parallel //= 2
@@ -134,13 +147,18 @@ def next_rung(st: dict) -> list:
     user did not say the concurrency must stay."""
     while st["ladder"]:
         rung = st["ladder"].pop(0)
-        if not (rung[0] == "max_concurrency" and st["keep_concurrency"] == "yes"):
+        if not _drops_wish(st, rung):
             return rung
     raise AssertionError("next_rung() called with no usable rung left")
 
 
+def _drops_wish(st: dict, rung: list) -> bool:
+    """Fewer slots than the user wants, when they said the concurrency must stay."""
+    return rung[0] == "max_concurrency" and st["keep_concurrency"] == "yes" and rung[1] < st["want_parallel"]
+
+
 def usable_rungs(st: dict) -> list:
-    return [r for r in st["ladder"] if not (r[0] == "max_concurrency" and st["keep_concurrency"] == "yes")]
+    return [r for r in st["ladder"] if not _drops_wish(st, r)]
 
 
 def keep_backend_fit(st: dict) -> None:

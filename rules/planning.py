@@ -62,9 +62,21 @@ with TREE:
     def measure_context_tiers(st):
         return steps.probe(st, "context")
 
+    # --- the server's own slots overflowed where fewer fit -------------------------------
+
+    @deciding_rule(172, NONE & (state.slots_overflow == True) & (state.slots_checked == False)  # noqa: E712
+                        & (state.recheck_context == False) & (state.backend_refused == False))  # noqa: E712
+    def server_slots_overflow(st):
+        st["slots_checked"] = True
+        moves.diagnose(st, "concurrency", "fewer_slots")
+        moves.start_concurrency_ladder(st, slots=st["repro_parallel"])
+        key, value = moves.next_rung(st)
+        return steps.probe(st, "backend", base=st["reference"], key=key, value=value, phase="ladder")
+
     # --- concurrency overflows: one backend knob at a time ------------------------------
 
-    @deciding_rule(178, CONC & (state.want_parallel > 1) & (state.q_keep_concurrency == "missing"))
+    @deciding_rule(178, CONC & (state.want_parallel > 1) & (state.q_keep_concurrency == "missing")
+                        & (state.has_backend_fit == False) & (state.ladder_drops_wish == True))  # noqa: E712
     def ask_keep_concurrency(st):
         return steps.ask(st, "keep_concurrency")
 
@@ -103,6 +115,13 @@ with TREE:
         return steps.done(st, False, "probe_failed")
 
     # --- no problem open: the wished concurrency, a last retest, done ------------------
+
+    @deciding_rule(186, NONE & (state.cause == "none") & (state.repro_ctx_overflow == True))  # noqa: E712
+    def reproduced_context_overflow(st):
+        # the user's own context failed and the config runs a smaller one measured
+        # to fit: the KV cache was the growth, whatever the tiers alone showed
+        moves.name_cause(st, "kv_cache", "default_ctx_overflows" if st["ctx_unset"] else "context_reduced")
+        st["again"] = True
 
     @deciding_rule(187, NONE & (state.has_backend_fit == True) & (state.backend_refused == False))  # noqa: E712
     def apply_wished_concurrency(st):

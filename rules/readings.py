@@ -22,6 +22,7 @@ from rules.rulebook import TREE, Reading, fact, in_state, opening_rule, register
 OOM_FAILURE = (fact.failure == "startup_oom") | (fact.failure == "runtime_oom") | (fact.failure == "killed")
 SPILLED = (fact.placement == "partial") | (fact.placement == "cpu")
 
+AT_REPRODUCE = state.awaiting == "reproduce"
 AT_BASELINE = state.awaiting == "baseline"
 AT_CONTEXT = state.awaiting == "context"
 AT_QUANT = state.awaiting == "quant"
@@ -33,12 +34,18 @@ HAS_LIMIT = state.has_limit == True  # noqa: E712
 #: the server answered every call the measurement made
 ANSWERED = fact.answered == True  # noqa: E712
 
+REPRO = fact.kind == "reproduction"
 LOAD = fact.kind == "load"
 TIER = fact.kind == "tier"
 TRIAL = fact.kind == "quant_trial"
 KNOB = fact.kind == "knob_trial"
 STAB = fact.kind == "stability"
 PROBE_DONE = (fact.kind == "probe_done") & (fact.probe == in_state("awaiting"))
+
+
+def repro(verdict: str):
+    """The row's effect: record what the user's setup did (oom / spill / over / crash / cut / none / unmeasured)."""
+    return partial(record.read_reproduction, verdict=verdict)
 
 
 def load(verdict: str):
@@ -88,6 +95,23 @@ USER_AND_DEVICE = (
     Reading("probe_broke_off", 10, PROBE_DONE & (fact.ok == False), state.awaiting != "none",  # noqa: E712
             record.finish_probe),
     Reading("probe_finished", 11, PROBE_DONE, state.awaiting != "none", record.finish_probe),
+)
+
+#: the evaluated prompt is shorter than what was sent: the server cut it at num_ctx
+REPRO_CUT = fact.prompt_tokens < fact.sent_tokens * (1 - thresholds.TRUNCATION_SLACK)
+
+#: the user's own setup, under the load their symptom names (method step 1)
+REPRODUCE = (
+    Reading("repro_out_of_memory", 13, REPRO & (fact.answered == False) & OOM_FAILURE, AT_REPRODUCE,  # noqa: E712
+            repro("oom")),
+    Reading("repro_spilled_to_cpu", 14, REPRO & SPILLED, AT_REPRODUCE & ON_GPU, repro("spill")),
+    Reading("repro_over_limit", 15, REPRO & (fact.peak > in_state("limit")), AT_REPRODUCE & HAS_LIMIT, repro("over")),
+    Reading("repro_failed_without_oom", 16, REPRO & (fact.answered == False), AT_REPRODUCE,  # noqa: E712
+            repro("crash")),
+    Reading("repro_truncated", 17, REPRO & ANSWERED & REPRO_CUT, AT_REPRODUCE, repro("cut")),
+    Reading("repro_ran", 18, REPRO & ANSWERED & +fact.peak & (fact.measured == True), AT_REPRODUCE,  # noqa: E712
+            repro("none")),
+    Reading("repro_unmeasured", 19, REPRO, AT_REPRODUCE, repro("unmeasured")),
 )
 
 #: the baseline load (method step 2)
@@ -191,5 +215,5 @@ with TREE:
     # delete_state (munmap_chunk: invalid pointer) for a session whose state
     # was set but never saw an event
     opening_rule("session_opened", fact.kind == "_open")
-    for table in (USER_AND_DEVICE, BASELINE, CONTEXT, QUANT, BACKEND, STABILITY, OUT_OF_TURN):
+    for table in (USER_AND_DEVICE, REPRODUCE, BASELINE, CONTEXT, QUANT, BACKEND, STABILITY, OUT_OF_TURN):
         register_readings(table)

@@ -40,6 +40,8 @@ def note_target(st: dict, f: dict) -> None:
         if f.get(key) is not None:
             st[key] = f[key]
             resolve_question(st, key, True)
+    if f.get("ctx_unset") is not None:
+        st["ctx_unset"] = bool(f["ctx_unset"])
     for key in ("keep_context", "keep_concurrency"):
         if f.get(key) is not None:
             st[key] = "yes" if f[key] else "no"
@@ -155,6 +157,17 @@ def raise_selftest(st: dict, f: dict) -> None:
 
 
 # --- measurements ------------------------------------------------------------
+
+def read_reproduction(st: dict, f: dict, verdict: str) -> None:
+    """verdict: oom / spill / over / crash / cut / none / unmeasured: what the
+    user's own setup did under the load their symptom names."""
+    st["repro"] = verdict
+    st["repro_at"] = {"num_ctx": f.get("num_ctx"), "num_parallel": f.get("num_parallel"),
+                      "parallel_from": f.get("parallel_from"), "requests": f["requests"],
+                      "peak": f.get("peak"), "error": f.get("error"), "placement": f.get("placement"),
+                      "size": f.get("size"), "size_vram": f.get("size_vram")}
+    st["repro_parallel"] = f.get("num_parallel") or 0
+
 
 def read_load(st: dict, f: dict, verdict: str) -> None:
     """verdict: no_fit / creeping / fits. A failure is sticky: one bad load

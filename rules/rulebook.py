@@ -217,6 +217,8 @@ def step_fields(st: dict, step: dict) -> dict:
         "to": step.get("to", args.get("value", "?")),
         "error": st["tier_crash_error"] or st["probe_error"] or "?",
         "options": len(st["quant_options"]),
+        "requests": args.get("requests", "?"),
+        "slots": st.get("repro_parallel") or "?",
         "trials": len(st["quant_options"]) + len(st["quant_rejected"]),
         "verified": verified,
         "verified_zh": verified_zh,

@@ -45,6 +45,7 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "budget": 0,
         "keep_context": "unknown",
         "keep_concurrency": "unknown",
+        "ctx_unset": False,         # the user's app sends no num_ctx: their setup runs at the server's default
         "has_device": False,
         "vendor": "",
         "gpu": False,
@@ -52,6 +53,13 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "device_limit": 0,
         "limit": 0,
         "fit_limit": 0,
+        # the user's own setup, as it ran under the symptom's load (method step 1)
+        "srv_seen": False,          # a server fact was posted: there is a server to run the user's setup on
+        "repro": "unrun",           # unrun / oom / spill / over / crash / cut / none / unmeasured
+        "repro_tried": False,
+        "repro_at": {},             # what it ran with, and its peak and error
+        "repro_parallel": 0,        # the server's slots as read (0: not read)
+        "slots_checked": False,     # fewer slots than the server's were measured against them
         # readings of the probe now running (reset when it is requested)
         "probe_error": "",
         "load": "none",
@@ -137,6 +145,17 @@ def recompute_flags(st: dict) -> None:
     st["concurrency_short"] = (st["want_parallel"] > 1 and st["has_config"]
                                and 0 < (cfg.get("max_concurrency") or 1) < st["want_parallel"])
     st["ladder_left"] = len(usable_rungs(st)) > 0
+    # a rung left would serve fewer requests at once than wanted: worth asking whether that may be
+    st["ladder_drops_wish"] = any(r[0] == "max_concurrency" and r[1] < st["want_parallel"] for r in st["ladder"])
+    # the user's failure came back on the server's own slots, and the config
+    # measured since runs fewer: the slots are what the failure showed
+    st["repro_failed"] = st["repro"] in ("oom", "spill", "over")
+    # the user's setup failed at a context larger than the config's, on no more slots than wanted
+    st["repro_ctx_overflow"] = (st["repro_failed"] and st["has_config"]
+                                and (st["repro_parallel"] <= max(st["want_parallel"], 1))
+                                and (cfg.get("max_context_len") or 0) < (st["repro_at"].get("num_ctx") or 0))
+    st["slots_overflow"] = (st["repro_failed"] and st["repro_parallel"] > max(st["want_parallel"], 1)
+                            and st["has_config"] and (cfg.get("max_concurrency") or 1) < st["repro_parallel"])
     # the complaint is about long input (or says nothing of when), and a request
     # without num_ctx gets less than the wanted context on this server
     default_ctx = st.get("srv_default_ctx") or 0

@@ -18,7 +18,7 @@ from rules.configs import (PROBE_KNOB, base_config, baseline_ctx, config_key, cu
 
 #: probe -> the stage the session waits in while it runs (a stability retest
 #: waits in ``retest`` after a change, in ``confirm`` otherwise)
-PROBE_STAGE = {"baseline": "baseline", "context": "context", "quant": "quant", "backend": "backend"}
+PROBE_STAGE = {"reproduce": "reproduce", "baseline": "baseline", "context": "context", "quant": "quant", "backend": "backend"}
 
 
 def ask(st: dict, question: str) -> dict:
@@ -26,7 +26,13 @@ def ask(st: dict, question: str) -> dict:
 
 
 def probe(st: dict, name: str, **extra: Any) -> dict:
-    if name == "baseline":
+    if name == "reproduce":
+        requests = st["want_parallel"] if st["phase"] == "concurrent" and st["want_parallel"] > 0 else 1
+        # the context the user's requests carry: none when their app sends none
+        ctx = None if st["ctx_unset"] else st["want_ctx"] or None
+        args = {"model": st["model"], "num_ctx": ctx, "requests": requests,
+                "phase": st["phase"]}
+    elif name == "baseline":
         args = {"model": st["model"], "num_ctx": baseline_ctx(st),
                 "num_batch": thresholds.CONSERVATIVE_NUM_BATCH, "num_parallel": thresholds.CONSERVATIVE_NUM_PARALLEL}
     elif name == "context":
@@ -43,7 +49,7 @@ def probe(st: dict, name: str, **extra: Any) -> dict:
         st["knob_try"] = [extra["key"], extra["value"]]
     elif name == "stability":
         args = {"config": full_config(st["config"])}
-    else:  # pragma: no cover - the rules name only the five probes
+    else:  # pragma: no cover - the rules name only the six probes
         raise ValueError(f"no probe {name!r}")
     return {"action": "probe", "probe": name, "args": args}
 
@@ -88,7 +94,9 @@ def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:
     return {"action": "done", "cause": None if st["cause"] == "none" else st["cause"],
             "config": full_config(cfg), "verified": bool(verified), "fits": bool(fits) and bool(cfg),
             "advice": advice or None, "unverified": unverified,
-            "unmet": unmet_wishes(st, cfg)}
+            "unmet": unmet_wishes(st, cfg),
+            # what the user's own setup did when it was run first (None: it was not run)
+            "reproduced": None if st["repro"] == "unrun" else {"verdict": st["repro"], **st["repro_at"]}}
 
 
 def issue(st: dict, rule: str, step: dict, reason: str, reason_zh: str) -> None:
@@ -129,7 +137,9 @@ def _await(st: dict, name: str) -> None:
     st["awaiting"] = name
     st["finished"] = False
     st["probe_error"] = ""
-    if name == "baseline":
+    if name == "reproduce":
+        st.update(repro="unrun", repro_tried=True, repro_at={})
+    elif name == "baseline":
         st.update(load="none", load_reading={})
     elif name == "context":
         st.update(tiers=[], tier_best_ctx=0, tier_best_peak=0, tier_fit_count=0, tiers_seen=0,

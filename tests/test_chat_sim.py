@@ -16,7 +16,7 @@ def test_zh_session_on_a_long_context_problem_ends_with_a_verified_config(tmp_pa
     rc, screen = run_chat(
         ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
         ["4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
-         "/why", "/status", "", "", "否", "", "", "", "", ""])
+         "/why", "/status", "", "", "", "否", "", "", "", "", ""])
     assert rc == 0, screen
     assert "我理解到：长输入时失败，模型 neohorse-1:q4_K_M，上下文 32768" in screen
     assert "诊断：KV 缓存随上下文增长，超出了内存上限。" in screen
@@ -44,9 +44,9 @@ def test_en_session_on_weights_that_spill_ends_with_a_lower_bit_tag(tmp_path):
 def test_declining_a_probe_is_respected_and_nothing_is_measured(tmp_path):
     rc, screen = run_chat(
         ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path)],
-        ["neohorse-1:q4_K_M crashes with long prompts", "/skip", "n"])
-    assert "skipped." in screen
-    assert "probe baseline" not in screen  # no result table: it never ran
+        ["neohorse-1:q4_K_M crashes with long prompts", "/skip", "n", "n"])
+    assert screen.count("skipped.") == 3  # the question, running the user's setup first, the baseline
+    assert "probe reproduce" not in screen and "probe baseline" not in screen  # no result table: neither ran
     assert rc == 1 and "No config fits within the limit" in screen
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert doc["verified"] is False
@@ -104,7 +104,7 @@ def test_a_budget_only_the_learned_reader_took_is_confirmed_first_and_can_be_rep
     rc, screen = run_chat(
         ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
         ["本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
-         "6GiB", "", "", "否", "", "", "", "", "", ""])
+         "6GiB", "", "", "", "否", "", "", "", "", "", ""])
     flat = re.sub(r"\s*\n\s*", " ", screen)  # the console wraps long lines
     assert "我从你的消息里推测显存上限是 8.00 GiB，但这只是推测。" in flat
     assert "我理解到：长输入时失败，模型 neohorse-1:q4_K_M，上下文 32768，显存 6.00 GiB。" in flat

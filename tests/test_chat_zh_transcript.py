@@ -14,7 +14,7 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 _WORD = re.compile(r"(?<![\w./:_=(-])[A-Za-z]{3,}(?![\w./:_=(-])")  # "key=", "fact(" are data
 _NOT_PROSE = {"ollama", "probe", "num", "ctx", "gpu", "cpu", "mib", "gib", "kib", "yaml", "json", "modelfile", "env",
               "oomvet", "neohorse", "short", "medium", "long", "longer", "longest", "why", "status", "skip", "back",
-              "lang", "quit", "kv", "cache", "baseline", "context", "quant", "backend", "stability", "nvidia",
+              "lang", "quit", "kv", "cache", "reproduce", "baseline", "context", "quant", "backend", "stability", "nvidia",
               "simulated", "sim", "batch", "parallel", "latest", "flash", "attention", "true", "false", "none",
               "html", "report", "png", "md", "oom", "cuda", "geforce", "rtx", "gtx", "radeon", "apple",  # GPU names
               "token", "tokens", "runner", "llama", "server", "length", "stop", "kl"}  # engine names, done_reason values
@@ -57,7 +57,7 @@ def test_a_chinese_session_prints_no_english_only_line(tmp_path):
     rc, screen = run_chat(
         ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
         ["4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
-         "/why", "/status", "", "", "否", "", "", "", "", ""], width=80)
+         "/why", "/status", "", "", "", "否", "", "", "", "", ""], width=80)
     assert rc == 0, screen
     assert english_only_lines(screen) == [], screen
     assert english_words_in_chinese_lines(screen) == [], screen
@@ -66,7 +66,7 @@ def test_a_chinese_session_prints_no_english_only_line(tmp_path):
 def test_a_chinese_weights_session_says_its_spill_and_quant_columns_in_chinese(tmp_path):
     rc, screen = run_chat(
         ["--simulate", str(SCENARIOS / "weights.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
-        ["neohorse-1:f16 一加载就爆显存，显卡 8G，上下文 8k", *[""] * 12], width=80)
+        ["neohorse-1:f16 一加载就爆显存，显卡 8G，上下文 8k", *[""] * 13], width=80)
     assert "溢出到 CPU" in screen and "预测" in screen, screen
     assert english_only_lines(screen) == [], screen
     assert english_words_in_chinese_lines(screen) == [], screen

@@ -32,7 +32,7 @@ def keys(adv: Advisor) -> list[str]:
 def test_the_vram_tier_default_is_a_cause_when_its_context_was_measured_not_to_fit():
     script = Script(answers={"want_ctx": None}, baseline=[[load()]], context=[KV_AT_32K], stability=[passed()])
     adv, trace, _ = drive([symptom("slow"), target(), device(), server()], script)
-    assert trace == ["ask:want_ctx", "probe:baseline", "probe:context", "change:max_context_len=8192", "done"]
+    assert trace == ["ask:want_ctx", "probe:reproduce", "probe:baseline", "probe:context", "change:max_context_len=8192", "done"]
     assert keys(adv) == ["default_ctx"]
     finding = adv.diagnosis["findings"][0]
     assert "32768 tokens" in finding["en"] and "24 GiB" in finding["en"] and "OLLAMA_CONTEXT_LENGTH=8192" in finding["en"]
@@ -107,7 +107,7 @@ def test_a_missing_engine_ends_as_a_setup_problem_not_weights():
                    failure="engine_missing")
     adv, trace, steps = drive([symptom(), target(want_ctx=4096), device(), server()],
                               Script(baseline=[[missing]]))
-    assert trace == ["probe:baseline", "done"]
+    assert trace == ["probe:reproduce", "probe:baseline", "done"]
     assert steps[-1]["advice"] == "engine_missing" and "llama-server" in steps[-1]["advice_en"]
     assert steps[-1]["advice_zh"] and steps[-1]["cause"] is None and not steps[-1]["fits"]
 
@@ -118,5 +118,5 @@ def test_a_refused_setting_at_load_is_not_read_as_weights():
                          "initialize the context: quantized V cache requires flash_attn to be enabled")
     adv, trace, steps = drive([symptom(), target(want_ctx=4096), device(),
                                server(kv_cache_type="q8_0", flash_attention="off")], Script(baseline=[[refused]]))
-    assert trace == ["probe:baseline", "done"] and steps[-1]["advice"] == "setting_refused"
+    assert trace == ["probe:reproduce", "probe:baseline", "done"] and steps[-1]["advice"] == "setting_refused"
     assert adv.diagnosis["cause"] is None and "kv_needs_fa" in keys(adv)

@@ -30,6 +30,14 @@ def target(model=MODEL, want_ctx=None, want_parallel=None, budget=None, **extra)
             "budget": budget, **extra}
 
 
+def reproduction(num_ctx=8192, num_parallel=None, requests=1, phase="unknown", peak=6 * GiB, answered=True,
+                 error=None, measured=True, **extra):
+    fact = {"kind": "reproduction", "model": MODEL, "num_ctx": num_ctx, "num_parallel": num_parallel,
+            "parallel_from": "unknown" if num_parallel is None else "environ", "requests": requests,
+            "phase": phase, "answered": answered, "error": error, "peak": peak, "measured": measured, **extra}
+    return fact
+
+
 def device(total=24 * GiB, vendor="nvidia", limit=None, name="RTX 4090"):
     fact = {"kind": "device", "name": name, "vendor": vendor, "total": total, "used_idle": 1 * GiB,
             "unified": False}
@@ -133,7 +141,8 @@ class Script:
     def __init__(self, answers=None, refuse=(), **queues):
         self.answers = dict(answers or {})
         self.refuse = list(refuse)
-        self.queues = {name: deque() for name in ("baseline", "context", "quant", "backend", "stability")}
+        self.queues = {name: deque() for name in ("reproduce", "baseline", "context", "quant", "backend",
+                                                  "stability")}
         for name, replies in queues.items():
             self.enqueue(name, *replies)
         self.history: list[dict] = []
@@ -162,7 +171,13 @@ class Script:
         if action == "probe":
             if step["probe"] == "stability":
                 return self._stability(step["args"]["config"], step)
-            facts = list(self._next(step["probe"], step))
+            if step["probe"] == "reproduce" and not self.queues["reproduce"]:
+                # the user's setup, run first on a server the session knows of:
+                # unless a test says otherwise, it ran and its figures tell nothing new
+                facts = [reproduction(num_ctx=step["args"]["num_ctx"], requests=step["args"]["requests"],
+                                      peak=None, answered=True, measured=False)]
+            else:
+                facts = list(self._next(step["probe"], step))
             return facts + [{"kind": "probe_done", "probe": step["probe"], "ok": True}]
         raise ScriptError(f"nothing to reply to {step}")
 

@@ -55,8 +55,16 @@ EXPECT = {
     "not_memory": {"cause": "not_memory", "exit": (0,), "quant_type": "Q4_K_M", "ctx": (8192, 8192),
                    "advice": "default_truncates"},
     # the current llama-server engine (server.version 0.34.4)
+    # fit's 1 GiB margin costs context against kv_cache's 11520
     "kv_cache_current": {"cause": "kv_cache", "exit": (0,), "stages": {"context"}, "no_stages": {"quant"},
-                         "quant_type": "Q4_K_M", "ctx": (2048, 8192), "advice": None},
+                         "quant_type": "Q4_K_M", "ctx": (8192, 11264), "advice": None, "repro": "spill"},
+    # the app sends no num_ctx: the 24 GiB tier's 32768 is the user's setup, reproduced first
+    "vram_tier": {"cause": "kv_cache", "exit": (0,), "no_stages": {"quant", "backend"}, "quant_type": "Q8_0",
+                  "ctx": (8192, 8192), "advice": "default_ctx_overflows", "repro": "spill"},
+    # the server's own 8 slots at 16k are reproduced first; 4 (what the user needs) fit
+    "eight_slots": {"cause": "concurrency", "exit": (0,), "stages": {"backend"}, "no_stages": {"context", "quant"},
+                    "quant_type": "Q8_0", "ctx": (16384, 16384), "concurrency": 4, "kv_cache": "f16",
+                    "advice": "fewer_slots", "repro": "spill"},
 }
 
 
@@ -109,11 +117,14 @@ def fits(scenario_name: str, config: dict, budget: str | None) -> tuple[bool, st
     kv = (config.get("kv_cache") or "f16").lower()
     kv = kv if kv in ("f16", "q8_0", "q4_0") else "f16"
     current = {}
+    ctx, batch = int(config["max_context_len"]), int(config.get("max_batch_size") or 512)
     if engine_of(scn.server.version) == "llama-server":
+        # an unset batch (512) is raised with the context; the compute buffer is llama-server's own
+        batch = memmodel.automatic_batch("llama-server", ctx) if batch == 512 else batch
         current = {"overhead_bytes": (scn.server.fit_target_mib or FIT_TARGET_DEFAULT // (1 << 20)) << 20,
-                   "min_gpu_bytes": 0, "estimate_min_ctx": 0}
-    p = memmodel.place(model.arch, model.weights_bytes, int(config["max_context_len"]),
-                       int(config.get("max_concurrency") or 1), int(config.get("max_batch_size") or 512),
+                   "min_gpu_bytes": 0, "estimate_min_ctx": 0,
+                   "compute_bytes": memmodel.llama_server_compute_bytes(model.arch, ctx, batch)}
+    p = memmodel.place(model.arch, model.weights_bytes, ctx, int(config.get("max_concurrency") or 1), batch,
                        kv, limit, **current)
     return p.full_gpu and p.size_vram_bytes <= limit, f"{p} vs limit {limit}"
 
@@ -144,6 +155,8 @@ def test_diagnose_finds_the_cause_in_order_and_a_config_that_fits(name, tmp_path
     assert report["diagnosis"].get("advice_key") == expect["advice"], report["diagnosis"]
     assert rc in expect["exit"], f"exit {rc}: {stderr[-2000:]}"
     assert report["verified"] is (rc == 0)
+    if "repro" in expect:
+        assert report["diagnosis"]["reproduced"]["verdict"] == expect["repro"], report["diagnosis"]
 
     stages = change_stages(report["steps"])
     firsts = [stages.index(s) for s in STAGE_ORDER if s in stages]

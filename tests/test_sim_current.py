@@ -24,7 +24,7 @@ def scenario(version="0.34.4", total="24GiB", server=None, host=None, **over):
         "server": {"version": version, **(server or {})},
         "models": {"neohorse-1:q4_K_M": dict(LLAMA8B, weights="4.58GiB", quantization="Q4_K_M"),
                    "other:latest": dict(LLAMA8B, weights="1GiB", quantization="Q4_K_M"),
-                   "big:latest": dict(LLAMA8B, weights="30GiB", quantization="Q4_K_M")},
+                   "big:latest": dict(LLAMA8B, weights="31GiB", quantization="Q4_K_M")},
         "timing": {"load_s": 0, "request_s": 0},
     }
     if host:
@@ -93,9 +93,9 @@ def test_quantized_kv_with_flash_attention_auto_is_used():
 
 
 def test_an_automatic_context_that_does_not_fit_host_memory_is_backed_off_once():
-    # 48 GiB card -> 131072 tokens: 30 GiB of weights and 16 GiB of KV cache do not fit it, fit moves
+    # 48 GiB card -> 131072 tokens: 31 GiB of weights and 16 GiB of KV cache do not fit it, fit moves
     # layers to the CPU, and host RAM is short; at 32768 (4 GiB of KV) everything fits the card
-    state = SimState(scenario(total="48GiB", host={"total": "8GiB", "used": "4GiB"}))
+    state = SimState(scenario(total="48GiB", host={"total": "5GiB", "used": "4GiB"}))
     runner, _ = state.schedule("big:latest", {}, None)
     d = digest(state)
     assert d.auto_backoff == {"old_num_ctx": 131072, "new_num_ctx": 32768}
@@ -104,7 +104,7 @@ def test_an_automatic_context_that_does_not_fit_host_memory_is_backed_off_once()
 
 
 def test_an_explicit_context_is_not_backed_off():
-    state = SimState(scenario(total="48GiB", host={"total": "8GiB", "used": "4GiB"}))
+    state = SimState(scenario(total="48GiB", host={"total": "5GiB", "used": "4GiB"}))
     with pytest.raises(SimError) as err:
         state.schedule("big:latest", {"num_ctx": 131072}, None)
     assert classify(err.value.text).kind == "startup_oom" and digest(state).auto_backoff is None
@@ -148,3 +148,13 @@ def test_the_shipped_vram_tier_scenario_spills_at_its_default_and_fits_at_8192()
     assert (runner.num_ctx, runner.placement.where) == (32768, "partial")
     runner, _ = state.schedule("neohorse-1:q8_0", {"num_ctx": 8192}, None)
     assert runner.placement.where == "gpu"
+
+
+def test_requests_with_the_options_of_the_load_reuse_its_runner_after_the_automatic_batch():
+    # above 4096 the current engine raises an unset batch to 1024; a request that
+    # again sets none (512) is the same request, not "options changed, reloading"
+    state = SimState(scenario())
+    first, _ = state.schedule("neohorse-1:q4_K_M", {"num_ctx": 16384}, None)
+    again, _ = state.schedule("neohorse-1:q4_K_M", {"num_ctx": 16384, "num_batch": 512}, None)
+    assert first.num_batch == 1024 and again is first
+    assert not any("options changed" in line for line in state.log)

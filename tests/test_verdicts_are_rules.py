@@ -62,7 +62,7 @@ def diagnosed(tmp_path_factory):
 
 def test_the_scenarios_run_every_probe(diagnosed):
     probes = {r.name for results, _, _ in diagnosed.values() for r in results}
-    assert probes == {"baseline", "context", "quant", "backend", "stability"}
+    assert probes == {"reproduce", "baseline", "context", "quant", "backend", "stability"}
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -96,14 +96,15 @@ def test_a_server_that_goes_away_mid_session_writes_what_was_measured(tmp_path):
     answers = _answers("kv_cache")
     with open_world(_world("kv_cache.yaml"), log=lambda m: None) as world:
         host = world.env.api.host
-        outcome = _session(world, answers, ServerGoesAway(answers, world, after=1)).run()
+        outcome = _session(world, answers, ServerGoesAway(answers, world, after=2)).run()
         Ollama(host).version()  # the simulator itself still runs: only our URL went dead
     result = outcome.result
     assert outcome.exit_code == 3
     assert result["verified"] is False
     assert "the session stopped: no Ollama server answers" in result["unverified"]
     assert result["diagnosis"]["advice_key"] == "broken_off"
-    assert [f["kind"] for f in result["facts"]].count("load") == 1  # the baseline's reading is kept
+    kinds = [f["kind"] for f in result["facts"]]
+    assert kinds.count("reproduction") == 1 and kinds.count("load") == 1  # what the two probes read is kept
     deliver(tmp_path, result)
     report = (tmp_path / "report.md").read_text()
     assert "baseline" in report

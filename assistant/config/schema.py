@@ -117,6 +117,8 @@ class Diagnosis(_Closed):
     summary: _Text = None
     advice: _Text = None
     advice_key: Any = None
+    reproduction: _Text = None  # what the user's own setup did when it was run first, in words
+    reproduced: Any = None      # the same, as figures: verdict, num_ctx, num_parallel, requests, peak, error
 
 
 class Step(TypedDict):

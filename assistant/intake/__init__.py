@@ -27,6 +27,7 @@ from dataclasses import replace
 from assistant.intake.context import estimate_ctx, find_ctx
 from assistant.intake import learned
 from assistant.intake.gpus import find_gpus
+from assistant.intake.app_ctx import find_ctx_unset
 from assistant.intake.keep_context import find_keep_context
 from assistant.intake.lang import detect_lang, has_words
 from assistant.intake.model_names import normalise_model
@@ -100,6 +101,7 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         gpu=gpus[0][2] if gpus else None,
         error=error,
         keep_context=find_keep_context(numbers),
+        ctx_unset=find_ctx_unset(original),
         text=original,
         phase_cue=symptom.cue,
         when=symptom.when,

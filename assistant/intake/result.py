@@ -23,6 +23,7 @@ class Intake:
     gpu: str | None = None            # as named by the user, tidied: "RTX 4060", "M2 Max"
     error: str | None = None          # an Ollama/CUDA error text quoted by the user
     keep_context: bool | None = None  # True: the context must not shrink
+    ctx_unset: bool | None = None     # True: the app sends no num_ctx (the server's default applies)
     text: str = ""                    # the message(s) this came from
     phase_cue: str | None = None      # the words that decided the phase (for `why`)
     when: str = "unknown"             # load | long_input | concurrent | over_time | unknown
@@ -46,6 +47,8 @@ class Intake:
             "budget": self.budget,
             "keep_context": self.keep_context,
         }
+        if self.ctx_unset is not None:
+            target["ctx_unset"] = self.ctx_unset
         return [validate(symptom), validate(target)]
 
     def to_dict(self) -> dict:
@@ -58,4 +61,5 @@ def phase_text(phase: str, lang: str | None = None) -> str:
 
 
 # the fields a message can speak to; merge() and intake_llm.combine() walk these
-INTAKE_FIELDS = ("model", "want_ctx", "want_parallel", "budget", "budget_share", "gpu", "error", "keep_context")
+INTAKE_FIELDS = ("model", "want_ctx", "want_parallel", "budget", "budget_share", "gpu", "error", "keep_context",
+                 "ctx_unset")

@@ -180,6 +180,12 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
                       else Para(t("report.not_run", lang)))
 
     # what was measured, then the rules' reading of it: a fact holds no verdict
+    fact_table("reproduction", "report.reproduction", ("num_ctx", "slots", "requests", "placement", "peak",
+                                                       "reading", "error"),
+               lambda f: (cell(f.get("num_ctx")), f"{cell(f.get('num_parallel'))} ({cell(f.get('parallel_from'))})",
+                          cell(f.get("requests")), cell(f.get("placement")), size(f.get("peak")), read_as(f),
+                          cell(f.get("error"))),
+               when_none=False)
     fact_table("load", "report.loads", ("model", "options", "placement", "size", "used", "drift", "answered",
                                         "reading", "error"),
                lambda f: (cell(f.get("model")), cell(f.get("options")), cell(f.get("placement")),

@@ -20,7 +20,7 @@ from common.catalog import t
 from common.errors import ExitCode, ProbeError, ServerUnreachable
 from assistant.intake import Intake
 from assistant.intake.llm import Transcript
-from probes import backend, baseline, context, quant, stability
+from probes import backend, baseline, context, quant, reproduce, stability
 from probes.base import Cancelled, measured_server_env, settings_to_change
 from probes.result import ProbeResult
 from probes.units import fmt_size
@@ -158,6 +158,9 @@ class Session:
 
     def _probe_work(self, name: str, args: dict, env) -> Callable[[], ProbeResult]:
         model = args.get("model") or self.model
+        if name == "reproduce":
+            return lambda: reproduce.run(env, model, num_ctx=args.get("num_ctx"), requests=args.get("requests", 1),
+                                         phase=args.get("phase", "unknown"))
         if name == "baseline":
             return lambda: baseline.run(env, model, num_ctx=args.get("num_ctx", baseline.DEFAULT_NUM_CTX),
                                         num_batch=args.get("num_batch", 512),
@@ -228,6 +231,12 @@ class Session:
         found = advisor.diagnosis or {}
         cause = found.get("cause") if found.get("cause") not in (None, "none") else step.get("cause")
         diagnosis = {"cause": cause, "summary": t(f"ui.cause.{cause}", self.lang)}
+        reproduced = step.get("reproduced")
+        if reproduced:
+            diagnosis["reproduced"] = reproduced
+            diagnosis["reproduction"] = _reproduction(reproduced, self.lang)
+            if cause is None and reproduced["verdict"] == "none" and step.get("config"):
+                diagnosis["summary"] = t("ui.cause.not_reproduced", self.lang)
         config = step.get("config")
         verified = bool(step.get("verified"))
         fits = bool(step.get("fits", config is not None))
@@ -292,6 +301,15 @@ def _server_env(config: dict | None, in_effect: dict[str, str] | None) -> dict[s
     if not config:
         return {}
     return settings_to_change(in_effect, measured_server_env(config.get("max_concurrency"), config.get("kv_cache")))
+
+
+def _reproduction(seen: dict, lang: str) -> str:
+    """What the user's own setup did when it was run first, in a sentence."""
+    slots = seen.get("num_parallel")
+    return t(f"ui.repro.{seen['verdict']}", lang, ctx=seen.get("num_ctx") or "?",
+             slots=slots if slots else t("ui.repro.slots_unknown", lang), requests=seen.get("requests") or 1,
+             peak=fmt_size(seen.get("peak")), error=(seen.get("error") or "?").splitlines()[0],
+             vram=fmt_size(seen.get("size_vram")), size=fmt_size(seen.get("size")))
 
 
 def _peak(result: ProbeResult) -> int | None:

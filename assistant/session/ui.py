@@ -97,8 +97,10 @@ def show_probe(console: Console, result: ProbeResult, session=None, readings=())
 
 
 def show_done(console: Console, result: dict) -> None:
-    cause = (result.get("diagnosis") or {}).get("cause")
-    console.print(Text(t(f"ui.cause.{cause}"), style="bold"))
+    diagnosis = result.get("diagnosis") or {}
+    console.print(Text(diagnosis.get("summary") or t(f"ui.cause.{diagnosis.get('cause')}"), style="bold"))
+    if diagnosis.get("reproduction"):
+        console.print(Text(diagnosis["reproduction"]))
     config = result.get("config")
     if config:
         console.print(t("ui.config", model=config.get("model"), ctx=config.get("max_context_len"),

@@ -162,7 +162,7 @@ def place(arch: Arch, weights_bytes: int, num_ctx: int, num_parallel: int, num_b
           gpu_free_bytes: int, num_gpu: int = -1, overhead_bytes: int = 0,
           min_gpu_bytes: int = MIN_GPU_BYTES_CUDA, *, output_bytes: int | None = None,
           unified: bool = False, cpu_only: bool = False,
-          estimate_min_ctx: int = ESTIMATE_MIN_CTX) -> Placement:
+          estimate_min_ctx: int = ESTIMATE_MIN_CTX, compute_bytes: int | None = None) -> Placement:
     """Ollama's layer placement (EstimateGPULayers) on one GPU with
     ``gpu_free_bytes`` free.
 
@@ -179,13 +179,17 @@ def place(arch: Arch, weights_bytes: int, num_ctx: int, num_parallel: int, num_b
     then estimates on the CPU, and ``size`` includes the full graph.
     The estimate counts at least ``estimate_min_ctx`` cells (Ollama's 2048
     floor; the runner itself allocates only num_ctx x parallel): pass 0 for
-    what the runner really holds.
+    what the runner really holds. ``compute_bytes`` replaces Ollama's graph
+    estimate with a buffer known otherwise (llama-server's compute buffer,
+    which does not grow with the number of slots).
     """
     weights_bytes = int(weights_bytes)
     kv_type = kv_type or "f16"
     kv = _kv_layers(arch, num_ctx, num_parallel, kv_type, num_batch, estimate_min_ctx)
     kv_total = sum(kv)
     full, partial = graph_bytes(arch, num_ctx, num_parallel, num_batch, kv_type, estimate_min_ctx)
+    if compute_bytes is not None:
+        full = partial = int(compute_bytes)
     if unified:
         partial = full
     out = output_bytes if output_bytes is not None else output_layer_bytes(arch, weights_bytes)
