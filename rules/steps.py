@@ -92,7 +92,10 @@ def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:
             or (st["unmeasured_why"] and f"the memory readings were not measurements: {st['unmeasured_why']}") \
             or ("no stability retest passed on this config" if cfg else "no config was measured within the limit")
     return {"action": "done", "cause": None if st["cause"] == "none" else st["cause"],
-            "config": full_config(cfg), "verified": bool(verified), "fits": bool(fits) and bool(cfg),
+            "config": full_config(cfg), "verified": bool(verified),
+            # a verified config was retested within the limit: it fits, whatever wish it leaves
+            # unmet (``unmet`` and the advice say which)
+            "fits": (bool(fits) or bool(verified)) and bool(cfg),
             "advice": advice or None, "unverified": unverified,
             "unmet": unmet_wishes(st, cfg),
             # what the user's own setup did when it was run first (None: it was not run)

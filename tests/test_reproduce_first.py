@@ -107,3 +107,21 @@ def test_without_a_context_the_probe_sends_none_and_reads_what_the_server_gave()
     (fact,) = [f for f in result.facts if f["kind"] == "reproduction"]
     assert fact["num_ctx"] == 4096  # an 8 GiB card's tier, as /api/ps reported it
     assert fact["num_parallel"] == 1 and fact["parallel_from"] == "oomvet"  # the settings it started with
+
+
+def test_a_verified_config_that_leaves_the_concurrency_unmet_is_written_as_fitting_with_the_wish_unmet():
+    # it once ended a diagnose with a traceback: "verified is true but fits is false"
+    from assistant.config import build_config
+    from tests.test_config_roundtrip import sample_result
+
+    over = 23 * GiB
+    script = Script(answers={"keep_concurrency": True}, baseline=[[load()]],
+                    context=[[tier("short", 1024, 11 * GiB), tier("medium", 2048, 12 * GiB)]],
+                    backend=[[knob("num_parallel", 4, over)]] + [[knob("num_batch", 0, over)]] * 4,
+                    stability=[passed()])
+    _, _, steps = drive([symptom("concurrent"), target(want_ctx=2048, want_parallel=4), DEV], script)
+    done = steps[-1]
+    assert done["advice"] == "concurrency_unmet" and done["verified"] is True and done["fits"] is True
+    doc = build_config(dict(sample_result(), config=done["config"], verified=True, fits=done["fits"],
+                            unmet=done["unmet"]))
+    assert doc["max_concurrency"] == 1 and doc["unmet"]

@@ -293,7 +293,8 @@ CASES = [
          ["probe:baseline", "probe:context", "probe:backend:num_parallel=4", "ask:keep_concurrency",
           "probe:backend:kv_cache_type=q8_0", "probe:backend:kv_cache_type=q4_0", "probe:backend:num_batch=256",
           "probe:backend:num_batch=128", "probe:stability", "done"],
-         "concurrency", {"max_concurrency": 1, "max_batch_size": 512}, True, False, "concurrency_unmet"),
+         # verified at one request: it fits, and the unmet concurrency is said (unmet, advice)
+         "concurrency", {"max_concurrency": 1, "max_batch_size": 512}, True, True, "concurrency_unmet"),
     Case("a_concurrency_knob_the_probe_cannot_set_ends_with_what_to_restart",
          [symptom("concurrent"), target(want_ctx=2048, want_parallel=4), DEV],
          dict(baseline=[[load()]], context=[FIT_TO_2K],
