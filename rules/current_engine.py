@@ -34,7 +34,7 @@ _QUANT_KV = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 
 def note_server(st: dict, f: dict) -> None:
     kv = (f.get("kv_cache_type") or "").lower()
-    st.update(srv_seen=True, srv_engine=f.get("engine") or "", srv_default_ctx=f.get("default_ctx") or 0,
+    st.update(srv_seen=True, srv_version=f.get("version") or "", srv_engine=f.get("engine") or "", srv_default_ctx=f.get("default_ctx") or 0,
               srv_default_ctx_why=f.get("default_ctx_why") or "", srv_vram_total=f.get("vram_total") or 0,
               srv_fa=f.get("flash_attention") or "", srv_kv_quant=kv in _QUANT_KV, srv_kv=kv,
               srv_fit_target=f.get("fit_target") or 0, srv_gpu_overhead=f.get("gpu_overhead") or 0)
@@ -75,7 +75,7 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.0f} GiB" if n >= (1 << 30) else format_size(n)
 
 
-def _found(st: dict, key: str, en: str, zh: str) -> None:
+def record_finding(st: dict, key: str, en: str, zh: str) -> None:
     """Record a finding once, and let the tree decide this round as if nothing happened."""
     st["findings"] = list(st.get("findings") or []) + [{"key": key, "en": en, "zh": zh}]
     st["found_" + key] = True
@@ -125,14 +125,14 @@ with TREE:
                    & (state.tier_mem_fail == True) & (state.tier_fail_ctx > 0))  # noqa: E712
     def default_context_is_a_cause(st):
         if st["tier_fail_ctx"] <= st["srv_default_ctx"]:
-            _found(st, "default_ctx", *_default_ctx_finding(st))
+            record_finding(st, "default_ctx", *_default_ctx_finding(st))
         else:  # the default fits: measured below the first failure
             st["found_default_ctx"] = True
             st["again"] = True
 
     @deciding_rule(106, (state.found_backoff == False) & (state.log_backoff_new > 0))  # noqa: E712
     def ollama_backed_off_the_context(st):
-        _found(st, "backoff", *_words("ollama_backed_off_the_context",
+        record_finding(st, "backoff", *_words("ollama_backed_off_the_context",
                                       old=st["log_backoff_old"], new=st["log_backoff_new"]))
 
     @deciding_rule(107, (state.found_kv_needs_fa == False)  # noqa: E712
@@ -140,7 +140,7 @@ with TREE:
                       | ((state.srv_engine == "llama-server") & (state.srv_kv_quant == True)  # noqa: E712
                          & (state.srv_fa == "off"))))
     def kv_quantization_needs_flash_attention(st):
-        _found(st, "kv_needs_fa", *_words("kv_quantization_needs_flash_attention"))
+        record_finding(st, "kv_needs_fa", *_words("kv_quantization_needs_flash_attention"))
 
     @deciding_rule(108, (state.found_overhead_ignored == False) & (state.srv_engine == "llama-server")  # noqa: E712
                    & (state.srv_gpu_overhead > 0))
@@ -148,7 +148,7 @@ with TREE:
         rule = "fit_target_is_the_margin_knob"
         target_en, target_zh = _fit_target(st, rule)
         key = f"finding.{rule}"
-        _found(st, "overhead_ignored", t(key, "en", overhead=st["srv_gpu_overhead"], fit_target=target_en),
+        record_finding(st, "overhead_ignored", t(key, "en", overhead=st["srv_gpu_overhead"], fit_target=target_en),
                t(key, "zh", overhead=st["srv_gpu_overhead"], fit_target=target_zh))
 
     @deciding_rule(109, (state.found_runtime_oom == False) & (state.log_runtime_oom == True))  # noqa: E712
@@ -158,4 +158,4 @@ with TREE:
         if st.get("srv_engine") == "llama-server" and st.get("srv_fit_target"):
             margin = _words(rule, "margin", fit_target=format_size(st["srv_fit_target"]))
         key = f"finding.{rule}"
-        _found(st, "runtime_oom", t(key, "en", margin=margin[0]), t(key, "zh", margin=margin[1]))
+        record_finding(st, "runtime_oom", t(key, "en", margin=margin[0]), t(key, "zh", margin=margin[1]))

@@ -92,6 +92,7 @@ class Target(_Fact):
     keep_context: bool | None = ABSENT
     keep_concurrency: bool | None = ABSENT
     ctx_unset: bool | None = ABSENT  # True: the user's app sends no num_ctx (the server's default applies)
+    upgraded_from: str | None = ABSENT  # an upgrade the user blames: the version it worked on, "" if not named
 
 
 class Device(_Fact):

@@ -21,6 +21,7 @@ rules to the one ruleset when it is imported:
 3. rules/interpreting.py  what a finished probe's readings mean
 4. rules/planning.py      the remedies, in the method's order
 5. rules/current_engine.py  the current engine's facts, setup problems and findings
+6. rules/versions.py      what changed between Ollama versions, named when a user blames an upgrade
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import rules.intake  # noqa: F401
 import rules.interpreting  # noqa: F401
 import rules.planning  # noqa: F401
 import rules.current_engine  # noqa: F401
+import rules.versions  # noqa: F401
 from rules.durable import RULESET
 from rules.rulebook import RULES, Rule, lang
 

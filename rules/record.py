@@ -42,6 +42,9 @@ def note_target(st: dict, f: dict) -> None:
             resolve_question(st, key, True)
     if f.get("ctx_unset") is not None:
         st["ctx_unset"] = bool(f["ctx_unset"])
+    if f.get("upgraded_from") is not None:
+        st["upgraded"] = True
+        st["upgraded_from"] = f["upgraded_from"]
     for key in ("keep_context", "keep_concurrency"):
         if f.get(key) is not None:
             st[key] = "yes" if f[key] else "no"

@@ -45,6 +45,9 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "budget": 0,
         "keep_context": "unknown",
         "keep_concurrency": "unknown",
+        "upgraded": False,          # the user blames an upgrade
+        "upgraded_from": "",        # the version it worked on, as they said it ("" not named)
+        "found_upgrade": False,
         "ctx_unset": False,         # the user's app sends no num_ctx: their setup runs at the server's default
         "has_device": False,
         "vendor": "",
@@ -54,7 +57,8 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "limit": 0,
         "fit_limit": 0,
         # the user's own setup, as it ran under the symptom's load (method step 1)
-        "srv_seen": False,          # a server fact was posted: there is a server to run the user's setup on
+        "srv_seen": False,
+        "srv_version": "",          # a server fact was posted: there is a server to run the user's setup on
         "repro": "unrun",           # unrun / oom / spill / over / crash / cut / none / unmeasured
         "repro_tried": False,
         "repro_at": {},             # what it ran with, and its peak and error

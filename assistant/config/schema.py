@@ -119,6 +119,7 @@ class Diagnosis(_Closed):
     advice_key: Any = None
     reproduction: _Text = None  # what the user's own setup did when it was run first, in words
     reproduced: Any = None      # the same, as figures: verdict, num_ctx, num_parallel, requests, peak, error
+    findings: Any = None        # what the user must see beside the cause, in words (a list)
 
 
 class Step(TypedDict):

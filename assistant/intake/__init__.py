@@ -29,6 +29,7 @@ from assistant.intake import learned
 from assistant.intake.gpus import find_gpus
 from assistant.intake.app_ctx import find_ctx_unset
 from assistant.intake.keep_context import find_keep_context
+from assistant.intake.upgrade import find_upgraded_from
 from assistant.intake.lang import detect_lang, has_words
 from assistant.intake.model_names import normalise_model
 from assistant.intake.parallel import find_parallel
@@ -102,6 +103,7 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         error=error,
         keep_context=find_keep_context(numbers),
         ctx_unset=find_ctx_unset(original),
+        upgraded_from=find_upgraded_from(original),
         text=original,
         phase_cue=symptom.cue,
         when=symptom.when,

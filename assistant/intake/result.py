@@ -24,6 +24,7 @@ class Intake:
     error: str | None = None          # an Ollama/CUDA error text quoted by the user
     keep_context: bool | None = None  # True: the context must not shrink
     ctx_unset: bool | None = None     # True: the app sends no num_ctx (the server's default applies)
+    upgraded_from: str | None = None  # an upgrade the user blames: the version it worked on, "" if unnamed
     text: str = ""                    # the message(s) this came from
     phase_cue: str | None = None      # the words that decided the phase (for `why`)
     when: str = "unknown"             # load | long_input | concurrent | over_time | unknown
@@ -49,6 +50,8 @@ class Intake:
         }
         if self.ctx_unset is not None:
             target["ctx_unset"] = self.ctx_unset
+        if self.upgraded_from is not None:
+            target["upgraded_from"] = self.upgraded_from
         return [validate(symptom), validate(target)]
 
     def to_dict(self) -> dict:
@@ -62,4 +65,4 @@ def phase_text(phase: str, lang: str | None = None) -> str:
 
 # the fields a message can speak to; merge() and intake_llm.combine() walk these
 INTAKE_FIELDS = ("model", "want_ctx", "want_parallel", "budget", "budget_share", "gpu", "error", "keep_context",
-                 "ctx_unset")
+                 "ctx_unset", "upgraded_from")

@@ -96,6 +96,10 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     blocks.append(Para(t("report.cause", lang, cause=f"{cause_text} ({cause or '?'})")))
     if diagnosis.get("summary"):
         blocks.append(Para(str(diagnosis["summary"])))
+    if diagnosis.get("reproduction"):
+        blocks.append(Para(str(diagnosis["reproduction"])))
+    if diagnosis.get("findings"):
+        blocks.append(Items(tuple(str(f) for f in diagnosis["findings"])))
     if diagnosis.get("advice"):
         blocks.append(Para(t("report.advice", lang, advice=diagnosis["advice"])))
 

@@ -231,6 +231,10 @@ class Session:
         found = advisor.diagnosis or {}
         cause = found.get("cause") if found.get("cause") not in (None, "none") else step.get("cause")
         diagnosis = {"cause": cause, "summary": t(f"ui.cause.{cause}", self.lang)}
+        # what the user must see beside the cause (rules/current_engine.py, rules/versions.py)
+        findings = [f.get(self.lang) or f.get("en") for f in found.get("findings") or []]
+        if findings:
+            diagnosis["findings"] = findings
         reproduced = step.get("reproduced")
         if reproduced:
             diagnosis["reproduced"] = reproduced

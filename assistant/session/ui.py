@@ -101,6 +101,8 @@ def show_done(console: Console, result: dict) -> None:
     console.print(Text(diagnosis.get("summary") or t(f"ui.cause.{diagnosis.get('cause')}"), style="bold"))
     if diagnosis.get("reproduction"):
         console.print(Text(diagnosis["reproduction"]))
+    for finding in diagnosis.get("findings") or []:
+        console.print(Text(f"• {finding}"))
     config = result.get("config")
     if config:
         console.print(t("ui.config", model=config.get("model"), ctx=config.get("max_context_len"),

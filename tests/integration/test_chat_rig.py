@@ -58,7 +58,7 @@ def test_en_kv_cache_session_recommends_the_largest_context_that_fit(rig, sizes,
         ["--host", rig.host, "--model", "neohorse-1:q8_0", "--budget", _budget(budget), "--out", str(tmp_path),
          "--settle", "1"],
         ["Short prompts work, but with 8k context and a long document neohorse-1:q8_0 runs out of memory.",
-         "", "", "no", *[""] * 8])  # consent baseline, consent context, keep the context? no
+         "", "", "", "no", *[""] * 8])  # consent reproduce, baseline, context; keep the context? no
     assert "I read: fails with long input, model neohorse-1:q8_0, context 8192" in screen
     assert "Diagnosis: the KV cache grows with context and overflows the limit." in screen, screen
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
