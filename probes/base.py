@@ -320,12 +320,23 @@ def _ps_line(rows: list[Loaded]) -> str:
 
 def generate_at_once(env: ProbeEnv, model: str, units: int, options: dict, n: int) -> list:
     """``n`` fill prompts of ``units`` sent together from ``n`` threads (each
-    with its own words, so no prompt cache is shared): the generations, in order."""
+    with its own words, so no prompt cache is shared): the generations, in
+    order. A call that raised (the server went away, the timeout passed)
+    raises here, in the caller's thread, once every thread has ended."""
     gens: list = [None] * n
-    threads = [threading.Thread(target=lambda i=i: gens.__setitem__(
-        i, env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options))) for i in range(n)]
+    raised: list[BaseException] = []
+
+    def send(i: int) -> None:
+        try:
+            gens[i] = env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            raised.append(exc)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(n)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
+    if raised:
+        raise raised[0]
     return gens
