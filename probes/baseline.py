@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from probes import sanity
+from probes import ledger, sanity
 from probes.base import UNSET_MEANS, ProbeEnv, restoring, server_settings
 from probes.evidence import failure_fields, log_facts, log_window
 from probes.result import ProbeResult, timed
@@ -66,10 +66,12 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
                 if gen.ok:
                     env.sleep(settle_s, deadline)
                 settled = step.now()
+            # who holds the memory now, with the model loaded: every source side by side
+            held = ledger.read(env, model, _buffers(window)) if gen.ok else None
             if gen.ok:
                 env.unload(model)
             return step, {"gen": gen, "after": after, "settled": settled, "loaded": loaded,
-                          "settle_from": settle_from, "window": window}
+                          "settle_from": settle_from, "window": window, "ledger": held}
 
         def problems(step, got):
             # a load without a request may not have touched every weight yet, so
@@ -107,6 +109,8 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
             **step.reading(),
         })
         result.facts.extend(log_facts(got["window"], "baseline", model))
+        if got["ledger"] is not None:
+            result.facts.append(got["ledger"])
         result.rows.append({
             "model": model, "num_ctx": num_ctx, "loaded": gen.ok, "where": placement,
             "idle": step.idle_bytes, "after load": after, "settled": settled, "peak": step.peak,
@@ -118,3 +122,11 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
         if loaded and placement != "gpu" and env.on_gpu:
             result.notes.append(f"{model} runs {placement}: Ollama put only part of it on the GPU")
     return result
+
+
+def _buffers(window) -> list[dict]:
+    """The buffer lines the load logged (none when the log cannot be read)."""
+    from probes.serverlog import parse
+
+    lines = window.lines()
+    return parse(lines).buffers if lines else []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from probes import sanity
-from probes.base import ProbeEnv, read_used
+from probes.base import Cancelled, ProbeEnv, read_used
 from probes.result import Chart
 from probes.sampler import Sampler
 
@@ -37,6 +37,7 @@ class Step:
     _seen_max: int | None = None   # the highest reading taken through now(), between sampler ticks
     _failed_now: int = 0           # now() readings that failed
     _refused: str | None = None    # a sanity check's reason, set by invalidate()
+    evicted: tuple[str, ...] = ()  # models ollama ps listed before the step and not after it
 
     def now(self) -> int | None:
         """The model's usage now (reading minus idle); None when unmeasured."""
@@ -109,7 +110,10 @@ class Step:
 
     def reading(self) -> dict:
         """The fields every measurement fact carries about its own health."""
-        return {"measured": self.measured, "unmeasured": self.unmeasured}
+        health = {"measured": self.measured, "unmeasured": self.unmeasured}
+        if self.evicted:
+            health["evicted"] = list(self.evicted)
+        return health
 
     def chart(self) -> Chart:
         idle = self.idle_bytes or 0
@@ -122,6 +126,7 @@ class Step:
 @contextlib.contextmanager
 def sampled(env: ProbeEnv, name: str) -> Iterator[Step]:
     """Take the idle reading, then sample in the background until the block ends."""
+    before = _loaded_names(env)
     idle = env.used()
     env.last_idle_bytes = idle
     sampler = Sampler(env.reader, hz=env.hz)
@@ -132,7 +137,24 @@ def sampled(env: ProbeEnv, name: str) -> Iterator[Step]:
         yield step
     finally:
         sampler.stop()
+        after = _loaded_names(env) if before else None
+        if before and after is not None and before - after:
+            # Ollama made room by unloading a model that was there at the idle
+            # reading: the readings fell by its size, so the peak is not this model's
+            step.evicted = tuple(sorted(before - after))
+            step.invalidate(f"Ollama unloaded {', '.join(step.evicted)} during the step (an eviction): "
+                            "the memory it freed hides this step's own peak")
         env.say("step_done", name=name, step=step)
+
+
+def _loaded_names(env: ProbeEnv) -> set[str] | None:
+    """The models ``ollama ps`` lists now; None when it cannot say."""
+    try:
+        return {m.name for m in env.api.ps()}
+    except Cancelled:
+        raise
+    except Exception:  # noqa: BLE001 - evidence of an eviction, never a reason to fail the step
+        return None
 
 
 def measure_checked(run_once: Callable[[], tuple[Step, Any]], problems: Callable[[Step, Any], list[str]],

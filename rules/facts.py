@@ -74,6 +74,8 @@ class _Measurement(_Fact):
     # check, with the reason in `unmeasured`
     measured: bool = ABSENT
     unmeasured: str | None = ABSENT
+    # models ollama ps listed at the step's idle reading and not at its end: Ollama evicted them
+    evicted: list = ABSENT
 
 
 class Symptom(_Fact):
@@ -265,6 +267,23 @@ class Server(_Fact):
     settings_from: str | None = ABSENT
 
 
+class Ledger(_Fact):
+    """Who holds the memory with the model loaded (probes/ledger.py), from
+    every source that says; a figure a source does not give is None."""
+    kind: Literal["ledger"]
+    model: str
+    source: str | None
+    total: int | None
+    free: int | None
+    in_use: int | None
+    others: list  # [{pid, name, bytes}] processes that are not Ollama's
+    others_total: int | None
+    models: list  # [{name, bytes, this}] as ollama ps lists them
+    ollama_seen: int | None  # Ollama's processes, as the memory source reads them
+    buffers: dict | None  # this model's weights / kv_cache / compute / output, from the server log
+    unaccounted: int | None  # in use - others - what ollama ps says the models hold
+
+
 class Log(_Fact):
     """What the server log said about one load or request (probes/serverlog.py)."""
     kind: Literal["log"]
@@ -328,7 +347,8 @@ class Next(_Fact):
 #: kind -> its model
 KINDS: dict[str, type[_Fact]] = {
     get_args(m.model_fields["kind"].annotation)[0]: m
-    for m in (Symptom, Target, Device, Reproduction, Load, Tier, QuantTrial, KnobTrial, Stability, Server, Log, Answer, ProbeDone,
+    for m in (Symptom, Target, Device, Reproduction, Load, Tier, QuantTrial, KnobTrial, Stability, Server, Ledger,
+              Log, Answer, ProbeDone,
               Refusal, Stop, Diagnosis, Next)}
 _FACT = TypeAdapter(Annotated[Union[tuple(KINDS.values())], Field(discriminator="kind")])
 

@@ -92,6 +92,7 @@ USER_AND_DEVICE = (
     Reading("note_skipped_answer", 12, fact.kind == "answer", records=record.note_skipped_answer),
     Reading("note_refusal", 10, fact.kind == "refusal", records=record.note_refusal),
     Reading("note_stop", 10, fact.kind == "stop", records=record.note_stop),
+    Reading("note_ledger", 13, fact.kind == "ledger"),
     Reading("probe_broke_off", 10, PROBE_DONE & (fact.ok == False), state.awaiting != "none",  # noqa: E712
             record.finish_probe),
     Reading("probe_finished", 11, PROBE_DONE, state.awaiting != "none", record.finish_probe),

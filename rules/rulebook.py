@@ -89,7 +89,8 @@ class Reading:
 
 
 #: size fields a reading note shows in GiB/MiB as ``<field>_h``
-_SIZES = ("peak", "total", "limit", "used_after", "used_settled", "size", "size_vram", "drift_per_min")
+_SIZES = ("peak", "total", "limit", "used_after", "used_settled", "size", "size_vram", "drift_per_min", "in_use",
+          "unaccounted")
 
 
 class _Loose(dict):

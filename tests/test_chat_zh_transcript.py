@@ -16,7 +16,7 @@ _NOT_PROSE = {"ollama", "probe", "num", "ctx", "gpu", "cpu", "mib", "gib", "kib"
               "oomvet", "neohorse", "short", "medium", "long", "longer", "longest", "why", "status", "skip", "back",
               "lang", "quit", "kv", "cache", "reproduce", "baseline", "context", "quant", "backend", "stability", "nvidia",
               "simulated", "sim", "batch", "parallel", "latest", "flash", "attention", "true", "false", "none",
-              "html", "report", "png", "md", "oom", "cuda", "geforce", "rtx", "gtx", "radeon", "apple",  # GPU names
+              "html", "report", "png", "md", "oom", "cuda", "nvml", "geforce", "rtx", "gtx", "radeon", "apple",  # GPU names
               "token", "tokens", "runner", "llama", "server", "length", "stop", "kl"}  # engine names, done_reason values
 
 

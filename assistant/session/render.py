@@ -21,6 +21,7 @@ from rich.text import Text
 from common.catalog import get_lang, t
 from probes.result import SIZE_KEYS
 from probes.units import fmt_size
+from assistant.report.ledger import ledger_rows
 
 COMPACT_BELOW = 100  # columns
 
@@ -111,11 +112,24 @@ def probe_result(result, width: int, readings=()) -> RenderableType:
     for reading in readings:
         parts.append(Text(t("render.reading", text=reading["note_zh" if get_lang() == "zh" else "note"]),
                           overflow="fold"))
+    for fact in result.facts:
+        if fact.get("kind") == "ledger":
+            parts.append(ledger_table(fact))
     if result.error:
         parts.append(Text(t("render.error", text=note(result.error)), style="red"))
     for text in result.notes:
         parts.append(Text(t("render.note", text=note(text))))
     return Group(*parts)
+
+
+def ledger_table(fact: dict) -> RenderableType:
+    table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 1),
+                  title=t("ledger.title", source=fact.get("source") or "?"), title_justify="left")
+    table.add_column(style="dim", overflow="fold")
+    table.add_column(justify="right")
+    for what, n in ledger_rows(fact):
+        table.add_row(what, n)
+    return table
 
 
 def ps_line(loaded: list) -> str:

