@@ -3,8 +3,8 @@
 The server runs as the user runs it (nothing is restarted or set): the
 model loads at the context the user asked for, with the batch the server
 picks, and the load the symptom names follows — N requests at once for a
-concurrency complaint, one long request for long input, one ordinary request
-otherwise, the load alone for a failure at load. By hand: ``ollama stop M``;
+concurrency complaint, the load alone for a failure at load, otherwise one
+request; each fills 60% of the context (:data:`FILL`). By hand: ``ollama stop M``;
 ``curl HOST/api/generate -d '{"model": M, "options": {"num_ctx": N}}'``;
 then N long prompts from N shells; ``ollama ps``; read memory.
 
@@ -28,8 +28,7 @@ from probes.step import sampled
 #: cache for the whole num_ctx at load, so a long input needs to run its prompt
 #: batches through, not reach the end: 60% does (as the backend trials do),
 #: at half the prompt time of 85% on a CPU (6.6 s against 12.1 s at 4096 on the rig)
-FILL: dict[str, float] = {}
-DEFAULT_FILL = 0.6
+FILL = 0.6
 #: tokens each request generates: enough to run the decode, not to wait on it
 NUM_PREDICT = 8
 
@@ -56,7 +55,6 @@ def run(env: ProbeEnv, model: str, num_ctx: int | None, requests: int = 1, phase
     result = ProbeResult("reproduce", ok=False)
     slots, slots_from = server_slots(env)
     requests = 0 if phase == "load" else max(int(requests), 1)
-    fill = FILL.get(phase, DEFAULT_FILL)
     with restoring(env):
         level = env.api.show(model).quantization  # a missing model fails here, before any reading
         cost = calibrate(env, model, min(int(num_ctx or 2048), 2048)) if requests else None
@@ -79,7 +77,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int | None, requests: int = 1, phase
             if load.ok and requests and not spilled and not step.over_limit():
                 step.mark("request")
                 # unknown default context: fill what any context holds (2048) rather than guess
-                units = cost.units_for(int((num_ctx or 2048) * fill))
+                units = cost.units_for(int((num_ctx or 2048) * FILL))
                 options = {**asked, "num_predict": NUM_PREDICT, "temperature": 0, "seed": 3}
                 gens = generate_at_once(env, model, units, options, requests)
         if load.ok:

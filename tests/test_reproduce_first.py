@@ -125,3 +125,11 @@ def test_a_verified_config_that_leaves_the_concurrency_unmet_is_written_as_fitti
     doc = build_config(dict(sample_result(), config=done["config"], verified=True, fits=done["fits"],
                             unmet=done["unmet"]))
     assert doc["max_concurrency"] == 1 and doc["unmet"]
+
+
+def test_a_failure_at_load_is_said_as_the_load_alone_not_as_requests():
+    from assistant.session.loop import _reproduction
+
+    seen = {"verdict": "over", "num_ctx": 4096, "num_parallel": 1, "requests": 0, "peak": 383 << 20}
+    assert "(4096 tokens, 1 slots, the load alone) peaked at 383.00 MiB" in _reproduction(seen, "en")
+    assert "仅加载" in _reproduction(seen, "zh") and "同时 0" not in _reproduction(seen, "zh")

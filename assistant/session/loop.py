@@ -309,9 +309,11 @@ def _server_env(config: dict | None, in_effect: dict[str, str] | None) -> dict[s
 
 def _reproduction(seen: dict, lang: str) -> str:
     """What the user's own setup did when it was run first, in a sentence."""
-    slots = seen.get("num_parallel")
+    slots, requests = seen.get("num_parallel"), seen.get("requests") or 0
+    load = (t("ui.repro.load.requests", lang, requests=requests) if requests
+            else t("ui.repro.load.alone", lang))  # a failure at load: no request is sent
     return t(f"ui.repro.{seen['verdict']}", lang, ctx=seen.get("num_ctx") or "?",
-             slots=slots if slots else t("ui.repro.slots_unknown", lang), requests=seen.get("requests") or 1,
+             slots=slots if slots else t("ui.repro.slots_unknown", lang), load=load,
              peak=fmt_size(seen.get("peak")), error=(seen.get("error") or "?").splitlines()[0],
              vram=fmt_size(seen.get("size_vram")), size=fmt_size(seen.get("size")))
 
