@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.catalog import t
+from common.versions import parse_version
 from rules.current_engine import record_finding
 from rules.rulebook import TREE, deciding_rule, format_size, state
 
@@ -35,21 +36,10 @@ CHANGES = (
 )
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """``"v0.11.4"`` -> (0, 11, 4); unreadable -> ()."""
-    parts = []
-    for piece in str(text or "").strip().lstrip("vV").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 def changes_between(before: str, running: str) -> list[Change]:
     """The changes a server moving from ``before`` to ``running`` went
     through; with ``before`` unknown, every change up to ``running``."""
-    lo, hi = version_tuple(before), version_tuple(running)
+    lo, hi = parse_version(before), parse_version(running)
     if not hi:
         return []
     return [c for c in CHANGES if c.since <= hi and (not lo or c.since > lo)]

@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 
 from assistant.intake import parse
-from rules.versions import CHANGES, changes_between, version_tuple
+from common.versions import parse_version
+from rules.versions import CHANGES, changes_between
 from tests.test_rules_current import server
 from tests.test_rules_script import GiB, Script, device, drive, load, passed, reproduction, symptom, target, tier
 
@@ -25,7 +26,7 @@ def test_the_changes_between_two_versions_are_those_that_start_after_the_first_a
     assert [c.key for c in changes_between("0.15.5", "0.29.0")] == []  # the tier came with 0.15.5 itself
     assert [c.key for c in changes_between("", "0.14.0")] == ["flash_attention_auto"]  # "an earlier version"
     assert changes_between("0.11.4", "not a version") == []
-    assert version_tuple("v0.30.11") == (0, 30, 11) and all(len(c.since) == 3 for c in CHANGES)
+    assert parse_version("v0.30.11") == (0, 30, 11) and all(len(c.since) == 3 for c in CHANGES)
 
 
 def test_an_upgrade_is_read_from_the_users_words_with_the_version_they_name():

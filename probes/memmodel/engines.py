@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.versions import parse_version
 from probes.memmodel.arch import GIB, Arch, clamp_ctx
 from probes.memmodel.llama_server import (llama_server_compute_bytes, llama_server_kv_bytes,
                                           llama_server_kv_per_token)
@@ -13,17 +14,6 @@ from probes.memmodel.runner import kv_bytes_per_token, place
 ENGINE_RUNNER = "runner"            # the in-process runner of v0.11.x and before
 ENGINE_LLAMA_SERVER = "llama-server"
 LLAMA_SERVER_SINCE = (0, 30)
-
-
-def parse_version(version: str | None) -> tuple[int, ...]:
-    """``"0.34.4"`` -> (0, 34, 4); anything unreadable -> ()."""
-    parts = []
-    for piece in str(version or "").lstrip("v").split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
 
 
 def engine_for_version(version: str | None) -> str:
