@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 
-from probes.base import UNSET_MEANS, ProbeEnv, generate_at_once, measured_server_env, restoring, server_settings
+from probes.base import (ProbeEnv, generate_at_once, measured_server_env, restoring, server_settings,
+                         server_value)
 from probes.evidence import spill_error
 from probes.result import ProbeResult, timed
 from probes.step import sampled
@@ -87,12 +88,11 @@ def run(env: ProbeEnv, model: str, knob: str, value, num_ctx: int = 2048, old=No
 
 
 def _server_value(env: ProbeEnv, knob: str):
-    current = env.control.env()
-    if current is None:  # the server's settings were not read: its value is not known
-        return None
+    """The server's value of ``knob`` as read; None when it was not read."""
     if knob == "num_parallel":
-        return int(current.get("OLLAMA_NUM_PARALLEL") or UNSET_MEANS["OLLAMA_NUM_PARALLEL"])
-    return current.get("OLLAMA_KV_CACHE_TYPE") or UNSET_MEANS["OLLAMA_KV_CACHE_TYPE"]
+        value, _ = server_value(env.control, "OLLAMA_NUM_PARALLEL")
+        return None if value is None else int(value)
+    return server_value(env.control, "OLLAMA_KV_CACHE_TYPE")[0]
 
 
 def _measure(env: ProbeEnv, model: str, settings: dict, cost, label: str, result: ProbeResult):

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Collection, Iterator, Mapping
 
 from common.errors import ExitCode, ProbeError, ProbeTimeout
 from probes.ollama_api import Loaded, Ollama, canonical_name
@@ -211,17 +211,38 @@ def measured_server_env(parallel: int, kv_cache: str) -> dict[str, str]:
 
 
 def settings_to_change(current: Mapping[str, str] | None, wanted: Mapping[str, str],
-                       fa_auto: bool = False) -> dict[str, str]:
+                       fa_auto: bool = False, known: Collection[str] | None = None) -> dict[str, str]:
     """The ``wanted`` settings that are not already in effect on a server whose
     settings are ``current`` (an unset variable is Ollama's default); all of
     them when ``current`` is None (not known: nothing is assumed in effect).
+    ``known``: when only some keys were read (a model process's command line),
+    those; a wanted key outside them is not known to be in effect either.
     ``fa_auto``: the server is v0.30+ (llama-server), where flash attention
     unset is *auto*, which a quantized cache works with: it is left as it is."""
     if current is None:
         return {k: str(v) for k, v in wanted.items()}
     return {k: str(v) for k, v in wanted.items()
-            if str(current.get(k) or UNSET_MEANS.get(k, "")) != str(v)
-            and not (fa_auto and k == "OLLAMA_FLASH_ATTENTION" and str(v) == "1" and not current.get(k))}
+            if (known is not None and k not in known)
+            or (str(current.get(k) or UNSET_MEANS.get(k, "")) != str(v)
+                and not (fa_auto and k == "OLLAMA_FLASH_ATTENTION" and str(v) == "1" and not current.get(k)))}
+
+
+def known_keys(control) -> frozenset[str] | None:
+    """The keys a server control's ``env()`` covers; None when it is the whole environment."""
+    return getattr(control, "known", None)
+
+
+def server_value(control, key: str) -> tuple[str | None, str]:
+    """The value of the server setting ``key`` in effect (an unset one is
+    Ollama's default from :data:`UNSET_MEANS`, or None where it has none) and
+    where it was read; ``(None, "unknown")`` when it was not read."""
+    current = control.env()
+    known = known_keys(control)
+    if current is None or (known is not None and key not in known):
+        return None, "unknown"
+    source_of = getattr(control, "source_of", None)
+    source = source_of(key) if source_of is not None else control.source
+    return current.get(key) or UNSET_MEANS.get(key), source
 
 
 @contextlib.contextmanager
@@ -232,7 +253,8 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
     the server (a user's server, or one whose settings it could not read):
     the block then measures the server as it is, and nothing is verified."""
     current = env.control.env()
-    changes = settings_to_change(current, wanted, fa_auto=_fa_auto(env, current, wanted))
+    changes = settings_to_change(current, wanted, fa_auto=_fa_auto(env, current, wanted),
+                                 known=known_keys(env.control))
     if not changes:
         yield True
         return
@@ -257,7 +279,9 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
 def _fa_auto(env: ProbeEnv, current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> bool:
     """Whether flash attention unset means auto on this server (v0.30+); asked
     of the server only when it matters."""
-    if current is None or "OLLAMA_FLASH_ATTENTION" not in wanted or current.get("OLLAMA_FLASH_ATTENTION"):
+    known = known_keys(env.control)
+    if current is None or "OLLAMA_FLASH_ATTENTION" not in wanted or current.get("OLLAMA_FLASH_ATTENTION") \
+            or (known is not None and "OLLAMA_FLASH_ATTENTION" not in known):
         return False
     try:
         return engine_of(env.api.version()) == "llama-server"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from probes import ledger, sanity
-from probes.base import UNSET_MEANS, ProbeEnv, restoring, server_settings
+from probes.base import ProbeEnv, restoring, server_settings, server_value
 from probes.evidence import failure_fields, log_facts, log_window
 from probes.result import ProbeResult, timed
 from probes.step import measure_checked, sampled
@@ -45,9 +45,9 @@ def run(env: ProbeEnv, model: str, num_ctx: int = DEFAULT_NUM_CTX, num_batch: in
     result = ProbeResult("baseline", ok=False)
     with restoring(env), server_settings(env, {"OLLAMA_NUM_PARALLEL": num_parallel}) as applied:
         if not applied:  # a user's server: measure it as it runs, and say so
-            known = env.control.env()
-            if known is not None:
-                num_parallel = int(known.get("OLLAMA_NUM_PARALLEL") or UNSET_MEANS["OLLAMA_NUM_PARALLEL"])
+            value, _ = server_value(env.control, "OLLAMA_NUM_PARALLEL")
+            if value is not None:
+                num_parallel = int(value)
             result.notes.append("the server runs with its own OLLAMA_NUM_PARALLEL; measured as it is")
         level = env.api.show(model).quantization  # also: a missing model fails here, before any reading
         if env.api.loaded(model):

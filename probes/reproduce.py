@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from probes.base import UNSET_MEANS, ProbeEnv, generate_at_once, restoring
+from probes.base import ProbeEnv, generate_at_once, restoring, server_value
 from probes.context import calibrate
 from probes.evidence import failure_fields, log_facts, log_window, spill_error
 from probes.result import ProbeResult, timed
@@ -35,14 +35,10 @@ NUM_PREDICT = 8
 
 def server_slots(env: ProbeEnv) -> tuple[int | None, str]:
     """The server's ``OLLAMA_NUM_PARALLEL`` as read, and where it was read
-    (the control's source); ``(None, "unknown")`` when it was not read."""
-    known = env.control.env()
-    if known is None:
-        return None, "unknown"
-    raw = known.get("OLLAMA_NUM_PARALLEL")
-    if raw:
-        return int(raw), env.control.source
-    return int(UNSET_MEANS["OLLAMA_NUM_PARALLEL"]), f"{env.control.source}: unset"
+    (``environ``, ``cmdline``, ``log``, ``version default``, ``oomvet``...);
+    ``(None, "unknown")`` when it was not read."""
+    value, source = server_value(env.control, "OLLAMA_NUM_PARALLEL")
+    return (None, "unknown") if value is None else (int(value), source)
 
 
 @timed

@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Mapping, Protocol, Sequence
 
 import psutil
 
 from common.errors import ProbeError, ServerUnreachable
 # the API's address lives with the gateway; it is read from here too
 from probes.ollama_api import DEFAULT_HOST, DEFAULT_PORT, Ollama  # noqa: F401
+from probes.memory.host import is_ollama_runner
+from probes.serverlog import LogDigest, config_settings, parse_cmdline
+
 # environment variables that are server settings (LLAMA_ARG_*: llama-server's, passed through by v0.30+)
 SETTING_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
 
@@ -34,7 +38,8 @@ SETTING_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
 class ServerControl(Protocol):
     """What a probe may do to the server besides sending requests."""
 
-    #: where ``env()`` comes from: "oomvet" (it started the server), "environ", "told", "unknown"
+    #: where ``env()`` comes from: "oomvet" (it started the server), "environ",
+    #: "cmdline", "log", "told", "unknown"
     source: str
 
     def can_restart(self) -> bool: ...
@@ -47,34 +52,144 @@ class ServerControl(Protocol):
         None when they could not be read (then none is assumed)."""
 
 
+#: the server-wide settings a model process's command line shows, both engines
+CMDLINE_KEYS = ("OLLAMA_NUM_PARALLEL", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_FLASH_ATTENTION")
+
+
+def cmdline_settings(parsed: Mapping) -> dict[str, str | None]:
+    """What a model process's command line (:func:`probes.serverlog.parse_cmdline`)
+    says of the server's settings: ``{key: value}``, None meaning "in effect as
+    if unset". A key it cannot tell is absent. The line shows what is *in
+    effect*, which is what memory depends on: the legacy runner drops a
+    quantized cache without flash attention (no ``--kv-cache-type`` then),
+    whatever the environment says.
+
+    * ``-np`` / ``--parallel``: the slots (``OLLAMA_NUM_PARALLEL``; Ollama
+      passes 1 for the few models it will not run in parallel);
+    * ``--cache-type-k`` / ``--kv-cache-type``: the cache type; not passed is f16;
+    * llama-server's ``--flash-attn on|off|auto``: ``on`` is
+      ``OLLAMA_FLASH_ATTENTION=1``, ``auto`` is unset; ``off`` is either ``=0``
+      or a device without flash attention, so it says nothing of the variable;
+      the legacy runner's bare ``--flash-attn`` is ``=1``, its absence is off
+      either way (unset or 0 mean the same there)."""
+    engine = parsed.get("engine")
+    if engine not in ("llama-server", "runner"):
+        return {}
+    out: dict[str, str | None] = {}
+    if isinstance(parsed.get("num_parallel"), int):
+        out["OLLAMA_NUM_PARALLEL"] = str(parsed["num_parallel"])
+    kv = str(parsed.get("cache_type_k") or "").lower()
+    out["OLLAMA_KV_CACHE_TYPE"] = None if kv in ("", "f16") else kv
+    fa = parsed.get("flash_attn")
+    if fa == "on":
+        out["OLLAMA_FLASH_ATTENTION"] = "1"
+    elif (engine == "llama-server" and fa == "auto") or (engine == "runner" and fa is None):
+        out["OLLAMA_FLASH_ATTENTION"] = None
+    return out
+
+
+def model_cmdlines(server_pid: int) -> list[str]:
+    """The command lines of the model processes of the ``ollama serve`` with
+    pid ``server_pid`` (its children that hold a model; a process's command
+    line is readable by every user where its environment is not)."""
+    lines = []
+    try:
+        children = psutil.Process(server_pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    for child in children:
+        try:
+            argv = child.cmdline()
+        except psutil.Error:
+            continue
+        if is_ollama_runner(argv):
+            lines.append(shlex.join(argv))
+    return lines
+
+
 class ForeignServer:
     """A server oomvet did not start: never restarted. Its settings are the
     ones read from its process (:meth:`of_process`) or told; otherwise they
-    are unknown (``env()`` is None) and ``why`` says why."""
+    are unknown (``env()`` is None) and ``why`` says why.
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, source: str | None = None, why: str | None = None):
+    ``known``: the keys whose value is known when only some are (read from a
+    model process's command line or the server log); None when ``env`` is
+    the whole environment (then a key it lacks is unset: the version's
+    default). :meth:`source_of` says where each setting came from."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, source: str | None = None, why: str | None = None,
+                 known: frozenset[str] | None = None):
         self._env = None if env is None else {str(k): str(v) for k, v in env.items()}
         self.source = source or ("told" if env is not None else "unknown")
         self.why = why or ("" if env is not None else "the server's settings were not read")
+        self.known = None if env is None or known is None else frozenset(known)
+        self._sources: dict[str, str] = {}
 
     @classmethod
-    def of_process(cls, pid: int | None) -> "ForeignServer":
-        """The settings of the ``ollama serve`` process ``pid`` of this machine,
-        from its environment (``/proc/PID/environ``): readable for the user
-        who started it and for root."""
+    def of_process(cls, pid: int | None, log: LogDigest | None = None) -> ForeignServer:
+        """The settings of the ``ollama serve`` process ``pid`` of this machine:
+        from its environment (``/proc/PID/environ``, readable for the user who
+        started it and for root); where that is another user's, from what can
+        be read by anyone (:meth:`of_readable`)."""
         if pid is None:
             return cls(why="no process of this machine serves that address")
         try:
             proc = psutil.Process(pid)
-            name, environ = proc.name(), proc.environ()
+            name = proc.name()
+            if "ollama" not in name.lower():
+                return cls(why=f"the process serving that address is {name} (pid {pid}), not ollama")
+            environ = proc.environ()
         except psutil.AccessDenied:
-            return cls(why=f"the environment of process {pid} is another user's (run oomvet as that user "
-                           f"or root to read it)")
+            denied = (f"the environment of process {pid} is another user's (run oomvet as that user "
+                      f"or root to read it)")
+            return cls.of_readable(model_cmdlines(pid), log, why=denied)
         except psutil.Error as exc:
             return cls(why=f"process {pid} could not be read ({type(exc).__name__})")
-        if "ollama" not in name.lower():
-            return cls(why=f"the process serving that address is {name} (pid {pid}), not ollama")
         return cls({k: v for k, v in environ.items() if k.startswith(SETTING_PREFIXES)}, source="environ")
+
+    @classmethod
+    def of_readable(cls, cmdlines: Sequence[str], log: LogDigest | None = None, *,
+                    why: str = "the server's environment was not read") -> ForeignServer:
+        """The settings of a server whose environment is not readable, from
+        what is: a running model process's command line (what is in effect,
+        :func:`cmdline_settings`) over the ``server config`` line its log
+        printed at its start (:func:`probes.serverlog.config_settings`), else
+        the log's last model start of that run. A key none of them tells stays
+        unknown; unknown altogether, with ``why``, when none says anything."""
+        found: dict[str, str | None] = {}
+        sources: dict[str, str] = {}
+        live = [cmdline_settings(parse_cmdline(c)) for c in cmdlines]
+        live = next((seen for seen in reversed(live) if seen), {})
+        logged = config_settings(log.server_config, log.engine) if log is not None and log.server_config else {}
+        started = cmdline_settings(log.cmdline or {}) if log is not None and not live else {}
+        for layer, source in ((logged, "log"), (started, "log"), (live, "cmdline")):
+            found.update(layer)
+            sources.update({k: source for k in layer})
+        if not found:
+            return cls(why=why)
+        env = {k: v for k, v in found.items() if v is not None}
+        read_from = sorted(set(sources.values()))
+        server = cls(env, source=read_from[0] if len(read_from) == 1 else "cmdline+log", known=frozenset(found),
+                     why=f"{why}; read instead from " + " and ".join(
+                         {"cmdline": "its model process's command line", "log": "its log"}[s] for s in read_from))
+        server._sources = sources
+        return server
+
+    def knows(self, key: str) -> bool:
+        """Whether the server's value of ``key`` (set or unset) is known."""
+        return self._env is not None and (self.known is None or key in self.known)
+
+    def source_of(self, key: str) -> str:
+        """Where ``key``'s value came from: ``environ``, ``cmdline``, ``log``,
+        ``told``; ``version default`` for a key a read environment leaves unset;
+        ``unknown``."""
+        if not self.knows(key):
+            return "unknown"
+        if key in self._sources:
+            return self._sources[key]
+        if key not in (self._env or {}) and self.source in ("environ", "told"):
+            return "version default"
+        return self.source
 
     def can_restart(self) -> bool:
         return False

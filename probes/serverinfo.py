@@ -15,7 +15,7 @@ is None with the reason in ``unknown``.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from common.errors import ProbeError
 from probes.serverlog import LogDigest, parse_cmdline
@@ -87,13 +87,18 @@ def knobs_for(engine: str | None) -> dict:
 def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, log: LogDigest | None = None,
                 vram_total: int | None = None, local: bool | None = None, modelfile_num_ctx: int | None = None,
                 process_cmdlines: Sequence[str] = (), unknown_version_why: str = "",
-                settings_from: str | None = None) -> dict:
+                settings_from: str | None = None, known: Collection[str] | None = None,
+                sources: Mapping[str, str] | None = None) -> dict:
     """The ``server`` fact (rules/facts.py). ``env``: the server's environment
     when known (None: a server oomvet did not start and was not told about);
     ``log``: a digest of its log (the VRAM-tier line, a model start);
     ``vram_total``: bytes of all GPUs of the machine serving (0 on CPU-only;
     None when unknown, e.g. a remote server); ``process_cmdlines``: command
-    lines of this machine's model processes, when that server is local."""
+    lines of this machine's model processes, when that server is local;
+    ``known``: the keys ``env`` covers when it is not the whole environment
+    (read from a model process's command line); ``sources``: where each
+    setting was read (``environ``, ``cmdline``, ``log``, ``version default``),
+    kept in the fact."""
     unknown: dict[str, str] = {}
     engine = engine_of(version)
     engine_why = f"version {version}" if engine else None
@@ -113,8 +118,11 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
     env = dict(env) if env is not None else None
     cmd = (log.cmdline if log is not None else None) or {}
 
+    def knows(key: str) -> bool:
+        return env is not None and (known is None or key in known)
+
     def from_env(key: str) -> str | None:
-        if env is None:
+        if not knows(key):
             return None
         value = env.get(key)
         return None if value is None or str(value).strip() == "" else str(value).strip()
@@ -130,15 +138,16 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
         logged = (log.default_ctx or {}).get("default_num_ctx") if log is not None else None
         if logged:
             default_ctx, why = int(logged), "vram_tier"
-        elif env is not None and vram_total is not None:
+        elif knows("OLLAMA_CONTEXT_LENGTH") and knows("OLLAMA_GPU_OVERHEAD") and vram_total is not None:
             overhead = _int_env(from_env("OLLAMA_GPU_OVERHEAD")) or 0
             default_ctx, why = vram_tier(max(vram_total - overhead, 0)), "vram_tier"
         else:
-            unknown["default_ctx"] = ("the server's OLLAMA_CONTEXT_LENGTH is not known" if env is None
+            unknown["default_ctx"] = ("the server's OLLAMA_CONTEXT_LENGTH is not known"
+                                      if not knows("OLLAMA_CONTEXT_LENGTH")
                                       else "the total VRAM of the serving machine is not known")
     elif engine == "runner":
         v = version_tuple(version)
-        if env is None:
+        if not knows("OLLAMA_CONTEXT_LENGTH"):
             unknown["default_ctx"] = "the server's OLLAMA_CONTEXT_LENGTH is not known"
         elif v is not None and v[:2] >= (0, 11):
             default_ctx, why = 4096, "legacy_default"
@@ -150,7 +159,7 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
     # flash attention
     fa = {"on": "on", "off": "off", "auto": "auto"}.get(str(cmd.get("flash_attn") or ""))
     fa_env = from_env("OLLAMA_FLASH_ATTENTION")
-    if fa is None and env is not None:
+    if fa is None and knows("OLLAMA_FLASH_ATTENTION"):
         if fa_env is not None:
             fa = "on" if fa_env.lower() in _TRUE else "off"
         elif engine is not None:
@@ -159,12 +168,12 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
         unknown["flash_attention"] = "neither the server's environment nor a model start in its log is known"
 
     kv = cmd.get("cache_type_k") or from_env("OLLAMA_KV_CACHE_TYPE")
-    if kv is None and (env is not None or cmd):
+    if kv is None and (knows("OLLAMA_KV_CACHE_TYPE") or cmd):
         kv = "f16"
     if kv is None:
         unknown["kv_cache_type"] = "the server's OLLAMA_KV_CACHE_TYPE is not known"
     parallel = cmd.get("num_parallel") or _int_env(from_env("OLLAMA_NUM_PARALLEL"))
-    if parallel is None and env is not None:
+    if parallel is None and knows("OLLAMA_NUM_PARALLEL"):
         parallel = 1
     if parallel is None:
         unknown["num_parallel"] = "the server's OLLAMA_NUM_PARALLEL is not known"
@@ -174,7 +183,7 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
         mib = _int_env(from_env("LLAMA_ARG_FIT_TARGET"))
         if mib is not None:
             fit_target = mib * MIB
-        elif env is not None:
+        elif knows("LLAMA_ARG_FIT_TARGET"):
             fit_target = FIT_TARGET_DEFAULT
         else:
             unknown["fit_target"] = "the server's LLAMA_ARG_FIT_TARGET is not known (llama.cpp's default is 1024 MiB)"
@@ -189,7 +198,8 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
             "fit_target": fit_target, "gpu_overhead": _int_env(from_env("OLLAMA_GPU_OVERHEAD")),
             "local": local, "sizes": {"llama-server": "measured", "runner": "estimate"}.get(engine or ""),
             "knobs": knobs_for(engine), "unknown": unknown,
-            "settings_from": settings_from if env is not None else None}
+            "settings_from": settings_from if env is not None else None,
+            "settings_sources": dict(sources) if sources else None}
 
 
 def read_server(version_of: Callable[[], str], **kw: Any) -> dict:

@@ -42,6 +42,9 @@ _FIT_SHORT = re.compile(r"cannot meet free memory target of (?P<target>\d+) MiB,
                         r"(?P<need>\d+) MiB")
 _OFFLOADED = re.compile(r"offloaded (?P<gpu>\d+)/(?P<total>\d+) layers to GPU")
 _BACKOFF = re.compile(r"reducing automatic context and retrying once")
+#: the server's start: every setting it runs with, defaults filled in (both engines)
+_CONFIG = re.compile(r'msg="server config" env="map\[(?P<env>.*)\]"')
+_CONFIG_ITEM = re.compile(r"(?:^| )(?P<key>[A-Za-z_][A-Za-z0-9_]*):(?P<value>\[[^\]]*\]|\S*)")
 _CLAMP = re.compile(r"requested context size too large for model")
 _DEFAULT = re.compile(r'msg="vram-based default context" total_vram="?(?P<vram>[^" ]+(?: [KMGT]?i?B)?)"? '
                       r"default_num_ctx=(?P<ctx>\d+)")
@@ -63,6 +66,33 @@ _FLAGS = {
     "--load-mode": "load_mode", "--model": "model_path",
 }
 _INT_KEYS = ("ctx_total", "num_parallel", "n_gpu_layers", "batch", "ubatch")
+
+
+def config_settings(config: dict, engine: str | None) -> dict[str, str | None]:
+    """What a ``server config`` line (:attr:`LogDigest.server_config`) says of
+    the settings memory depends on: ``{key: value}``, None meaning unset. The
+    line prints every variable with its default filled in, so an unset one
+    and one set to the default look alike; where that matters it is left out
+    (unknown): ``OLLAMA_FLASH_ATTENTION:false`` is unset (auto) or 0 on
+    llama-server, whose difference is memory."""
+    out: dict[str, str | None] = {}
+    parallel = config.get("OLLAMA_NUM_PARALLEL")
+    if parallel is not None and parallel.isdigit():
+        out["OLLAMA_NUM_PARALLEL"] = parallel
+    if "OLLAMA_KV_CACHE_TYPE" in config:
+        out["OLLAMA_KV_CACHE_TYPE"] = config["OLLAMA_KV_CACHE_TYPE"] or None
+    fa = str(config.get("OLLAMA_FLASH_ATTENTION", "")).lower()
+    if fa == "true":
+        out["OLLAMA_FLASH_ATTENTION"] = "1"
+    elif fa == "false" and engine == "runner":  # off whether unset or 0
+        out["OLLAMA_FLASH_ATTENTION"] = None
+    for key in ("OLLAMA_CONTEXT_LENGTH", "OLLAMA_GPU_OVERHEAD", "OLLAMA_MAX_LOADED_MODELS"):
+        value = config.get(key)
+        if value is not None and value.isdigit():
+            out[key] = None if value == "0" else value
+    if "LLAMA_ARG_FIT_TARGET" in config:
+        out["LLAMA_ARG_FIT_TARGET"] = config["LLAMA_ARG_FIT_TARGET"] or None
+    return out
 
 
 def parse_cmdline(cmd: str) -> dict:
@@ -128,6 +158,8 @@ class LogDigest:
     errors: list = field(default_factory=list)
     oom_lines: list = field(default_factory=list)
     offloaded: dict | None = None
+    #: the last ``server config`` line's map (its start: a model start before it is another run's)
+    server_config: dict | None = None
     lines: int = 0
 
     @property
@@ -155,6 +187,12 @@ def parse(lines: Iterable[str]) -> LogDigest:
         line = raw.rstrip("\n")
         d.lines += 1
         low = line.lower()
+        m = _CONFIG.search(line)
+        if m:  # the server (re)started: what an earlier run loaded says nothing of this one
+            d.server_config = {c.group("key"): c.group("value") for c in _CONFIG_ITEM.finditer(m.group("env"))}
+            d.cmdline, d.default_ctx = None, None
+            d.buffers, d.fit, d.offloaded = [], None, None
+            continue
         m = _START.search(line)
         if m:
             d.cmdline = parse_cmdline(m.group("cmd"))

@@ -16,7 +16,7 @@ import uuid
 
 from probes import coherence
 from probes import sanity
-from probes.base import ProbeEnv, measured_server_env, restoring, server_settings
+from probes.base import ProbeEnv, known_keys, measured_server_env, restoring, server_settings
 from probes.evidence import failure_fields, log_window
 from probes.result import ProbeResult, timed
 from probes.step import measure_checked, sampled
@@ -52,7 +52,9 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         if not applied:
             # a user's server runs with its own settings: the config cannot be verified here
             settings = " ".join(f"{k}={v}" for k, v in wanted_env.items())
-            if env.control.env() is None:  # not read, so not known to be in effect
+            known = known_keys(env.control)
+            unread = env.control.env() is None or (known is not None and not set(wanted_env) <= known)
+            if unread:  # not read, so not known to be in effect
                 why = getattr(env.control, "why", "") or "the server's settings were not read"
                 unconfirmed = (f"{settings} could not be confirmed in effect ({why}); "
                                f"restart Ollama with them and run the check again")

@@ -263,8 +263,12 @@ class Server(_Fact):
     knobs: dict = ABSENT  # knob -> what it does on this version
     unknown: dict = ABSENT  # field -> why it is None
     # where its OLLAMA_*/LLAMA_ARG_* settings were read: "environ" (its process),
-    # "oomvet" (a server oomvet started), "told"; None: not read (the values above say unknown)
+    # "cmdline" (its model process's command line: only some settings), "log"
+    # (the last model start in its log), "oomvet" (a server oomvet started),
+    # "told"; None: not read (the values above say unknown)
     settings_from: str | None = ABSENT
+    # setting -> where its value was read ("version default": unset in a read environment)
+    settings_sources: dict | None = ABSENT
 
 
 class Ledger(_Fact):

@@ -10,14 +10,19 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from assistant.config import build_config
 from assistant.files.outputs import render_files
 from probes import base
 from probes.base import measured_server_env, server_settings, settings_to_change
-from probes.server import ForeignServer
+from probes.server import ForeignServer, cmdline_settings, model_cmdlines
+from probes.serverlog import config_settings
+from probes.serverlog import parse as parse_log
 from tests.test_config_roundtrip import sample_result
 
 
@@ -161,3 +166,130 @@ def test_flash_attention_auto_on_llama_server_is_what_a_quantized_cache_needs():
     assert settings_to_change(current, wanted) == {"OLLAMA_FLASH_ATTENTION": "1"}  # legacy: unset is off
     assert settings_to_change(dict(current, OLLAMA_FLASH_ATTENTION="0"), wanted, fa_auto=True) == \
         {"OLLAMA_FLASH_ATTENTION": "1"}  # forced off is off on every version
+
+
+# ---------------------------------------------------------------- an environment that is another user's
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("engine", ["legacy", "current"])
+def test_the_start_line_of_a_real_log_gives_what_the_environment_asked_for(engine):
+    # both written by the rig's servers started with OLLAMA_NUM_PARALLEL=4 OLLAMA_KV_CACHE_TYPE=q8_0
+    digest = parse_log((DATA / f"server_start_{engine}.txt").read_text().splitlines())
+    got = config_settings(digest.server_config, digest.engine)
+    assert got["OLLAMA_NUM_PARALLEL"] == "4" and got["OLLAMA_KV_CACHE_TYPE"] == "q8_0"
+    if engine == "legacy":
+        assert got["OLLAMA_FLASH_ATTENTION"] is None  # "false": off, unset or 0 alike
+        assert got["OLLAMA_CONTEXT_LENGTH"] == "4096"  # printed with its default filled in
+    else:
+        # "false" is unset (auto) or 0 (off) on llama-server: not known from this line
+        assert "OLLAMA_FLASH_ATTENTION" not in got
+        assert got["OLLAMA_CONTEXT_LENGTH"] is None and got["LLAMA_ARG_FIT_TARGET"] is None
+
+
+@pytest.mark.parametrize("engine", ["legacy", "current"])
+def test_the_model_process_line_says_what_is_in_effect(engine):
+    digest = parse_log((DATA / f"server_start_{engine}.txt").read_text().splitlines())
+    got = cmdline_settings(digest.cmdline)
+    assert got["OLLAMA_NUM_PARALLEL"] == "4"
+    if engine == "legacy":  # no flash attention on a CPU, so the runner keeps an f16 cache
+        assert got == {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_KV_CACHE_TYPE": None, "OLLAMA_FLASH_ATTENTION": None}
+        assert digest.cmdline["num_ctx"] == 1024  # --ctx-size is num_ctx x slots
+    else:
+        assert got == {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_FLASH_ATTENTION": None}
+
+
+def test_flash_attention_off_on_llama_server_says_nothing_of_the_variable():
+    # off is OLLAMA_FLASH_ATTENTION=0 or a device without flash attention
+    off = cmdline_settings({"engine": "llama-server", "num_parallel": 1, "flash_attn": "off"})
+    on = cmdline_settings({"engine": "llama-server", "num_parallel": 1, "flash_attn": "on"})
+    assert "OLLAMA_FLASH_ATTENTION" not in off and on["OLLAMA_FLASH_ATTENTION"] == "1"
+    assert cmdline_settings({"engine": None}) == {}
+
+
+def test_a_model_start_before_the_server_restarted_is_another_runs():
+    current = (DATA / "server_start_current.txt").read_text().splitlines()
+    start, config = current[1], current[0]
+    digest = parse_log([config, start, config])  # started, loaded a model, started again
+    assert digest.cmdline is None and digest.server_config["OLLAMA_NUM_PARALLEL"] == "4"
+
+
+def test_a_running_model_process_wins_over_the_log_and_each_setting_keeps_its_source():
+    digest = parse_log((DATA / "server_start_legacy.txt").read_text().splitlines())
+    live = ["/usr/lib/ollama/llama-server --model /b/sha256-1 -c 8192 -np 2 --flash-attn on "
+            "--cache-type-k q4_0 --cache-type-v q4_0"]
+    server = ForeignServer.of_readable(live, digest, why="denied")
+    assert server.env()["OLLAMA_NUM_PARALLEL"] == "2" and server.source_of("OLLAMA_NUM_PARALLEL") == "cmdline"
+    assert server.env()["OLLAMA_KV_CACHE_TYPE"] == "q4_0" and server.env()["OLLAMA_FLASH_ATTENTION"] == "1"
+    assert server.source_of("OLLAMA_CONTEXT_LENGTH") == "log"
+    assert server.source_of("OLLAMA_SCHED_SPREAD") == "unknown" and not server.knows("OLLAMA_SCHED_SPREAD")
+    nothing = ForeignServer.of_readable([], None, why="denied")
+    assert nothing.env() is None and nothing.why == "denied"
+
+
+def test_a_wanted_setting_no_source_showed_is_not_in_effect_for_the_verdict():
+    # the command line showed flash attention off on llama-server: 0 or no support, not known which
+    server = ForeignServer.of_readable(["/x/llama-server --model /b -c 4096 -np 1 --flash-attn off"], None)
+    wanted = measured_server_env(1, "q8_0")
+    assert settings_to_change(server.env(), wanted, known=server.known) == \
+        {"OLLAMA_KV_CACHE_TYPE": "q8_0", "OLLAMA_FLASH_ATTENTION": "1"}
+    env = _Env(server)
+    with server_settings(env, wanted) as applied:
+        assert applied is False
+    with server_settings(env, measured_server_env(1, "f16")) as applied:
+        assert applied is True  # one slot and an f16 cache were read in effect
+
+
+@pytest.fixture
+def ollama_with_a_model_process(tmp_path):
+    """A process named ``ollama`` with a child named ``llama-server`` holding
+    a model, as v0.30+ runs them (copies of this Python: the kernel's record
+    of a process's name and arguments is what is read)."""
+    import sys
+
+    server_exe, model_exe = tmp_path / "ollama", tmp_path / "llama-server"
+    shutil.copy(sys.executable, server_exe)
+    shutil.copy(sys.executable, model_exe)
+    child = (f"import subprocess, sys; p = subprocess.Popen([{str(model_exe)!r}, '-c', "
+             f"'import time; time.sleep(30)', '--model', '/m/blobs/sha256-1', '-c', '16384', '-np', '4', "
+             f"'--cache-type-k', 'q8_0', '--cache-type-v', 'q8_0', '--flash-attn', 'auto']); p.wait()")
+    proc = subprocess.Popen([str(server_exe), "-c", child])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not model_cmdlines(proc.pid):
+        time.sleep(0.05)
+    yield proc
+    for p in psutil.Process(proc.pid).children(recursive=True):
+        p.kill()
+    proc.kill()
+    proc.wait()
+
+
+def test_where_the_environment_is_denied_the_model_process_is_read(ollama_with_a_model_process, monkeypatch):
+    pid = ollama_with_a_model_process.pid
+
+    def denied(self):  # this test runs as root, whom no environment is denied
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "environ", denied)
+    server = ForeignServer.of_process(pid)
+    assert server.env() == {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_KV_CACHE_TYPE": "q8_0"}
+    assert server.source == "cmdline" and "another user's" in server.why
+    assert server.source_of("OLLAMA_FLASH_ATTENTION") == "cmdline"  # auto: unset, as read
+    assert server.source_of("OLLAMA_CONTEXT_LENGTH") == "unknown"
+
+
+def test_the_settings_line_names_each_source_in_the_users_language():
+    from assistant.session.world import _settings_line
+    from common import catalog
+
+    server = ForeignServer.of_readable(["/x/llama-server --model /b -c 4096 -np 4 --flash-attn auto"], None)
+    en = _settings_line(server)
+    assert "OLLAMA_NUM_PARALLEL=4 (from its model process's command line)" in en
+    assert "OLLAMA_CONTEXT_LENGTH not known" in en
+    read = ForeignServer({"OLLAMA_NUM_PARALLEL": "2"}, source="environ")
+    assert "OLLAMA_KV_CACHE_TYPE unset (from its environment; this version's default applies)" in \
+        _settings_line(read)
+    catalog.set_lang("zh")
+    zh = _settings_line(server)
+    assert "OLLAMA_NUM_PARALLEL=4（来自其模型进程的命令行）" in zh and "OLLAMA_CONTEXT_LENGTH 未知" in zh

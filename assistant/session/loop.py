@@ -21,7 +21,7 @@ from common.errors import ExitCode, ProbeError, ServerUnreachable
 from assistant.intake import Intake
 from assistant.intake.llm import Transcript
 from probes import backend, baseline, context, quant, reproduce, stability
-from probes.base import Cancelled, measured_server_env, settings_to_change
+from probes.base import Cancelled, known_keys, measured_server_env, settings_to_change
 from probes.result import ProbeResult
 from probes.units import fmt_size
 from rules.engine import Advisor
@@ -261,7 +261,7 @@ class Session:
             "fits": fits,
             "unmet": list(step.get("unmet") or []),
             "diagnosis": diagnosis,
-            "server_env": _server_env(config, self.world.env.control.env()),
+            "server_env": _server_env(config, self.world.env.control.env(), known_keys(self.world.env.control)),
             "steps": self.steps,
             "evidence": self._evidence(facts),
             "facts": facts,
@@ -298,13 +298,15 @@ class Session:
                 "stability": next((f for f in reversed(facts) if f["kind"] == "stability"), self.last_stability)}
 
 
-def _server_env(config: dict | None, in_effect: dict[str, str] | None) -> dict[str, str]:
+def _server_env(config: dict | None, in_effect: dict[str, str] | None,
+                known: frozenset[str] | None = None) -> dict[str, str]:
     """The server settings the config needs that are not already in effect on
     the server (all of them when its settings could not be read); none before
     a config. The files write only these: a user's own settings stay theirs."""
     if not config:
         return {}
-    return settings_to_change(in_effect, measured_server_env(config.get("max_concurrency"), config.get("kv_cache")))
+    return settings_to_change(in_effect, measured_server_env(config.get("max_concurrency"), config.get("kv_cache")),
+                              known=known)
 
 
 def _reproduction(seen: dict, lang: str) -> str:

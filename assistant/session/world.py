@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from common.catalog import t
 from common.errors import UsageError
-from probes.base import ProbeEnv
+from probes.base import ProbeEnv, known_keys
 from probes.budget import Budget, Limit, parse_budget, resolve_limit
 from probes.units import SizeError
 from probes.memory.select import Selection, select_reader
@@ -159,11 +159,16 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
         else:
             api, kind = Ollama(host_from(options), timeout_s=http_timeout), "ollama"
             server_pid = local_server(api.host)
-            # its settings as they are, from its process's environment; unknown when unreadable
-            control = ForeignServer.of_process(server_pid if server_pid != UNKNOWN_PID else None)
             server_log, log_why = find_log(options.server_log) \
                 if server_pid is not None or options.server_log else (None, "the server is elsewhere")
+            control = None  # read below, with the log
         api.version()  # unreachable -> ServerUnreachable (exit 3) before anything else
+        digest = parse_log(server_log.read()) if server_log is not None else None
+        if control is None:
+            # its settings as they are: its process's environment, else what its model
+            # process's command line or its log's last model start shows; unknown otherwise
+            control = ForeignServer.of_process(server_pid if server_pid not in (None, UNKNOWN_PID) else None,
+                                               log=digest)
         blind = None
         if server_pid == UNKNOWN_PID:
             log(t("world.cannot_see_listener"))
@@ -186,7 +191,8 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
                        hz=options.hz, timeout_s=options.timeout_s,
                        on_gpu=info.vendor in ("nvidia", "amd"), blind=blind)
         server = read_server(api.version, env=control.env(), settings_from=control.source,
-                             log=parse_log(server_log.read()) if server_log is not None else None,
+                             known=known_keys(control), sources=_sources(control),
+                             log=digest,
                              vram_total=(info.total_bytes or 0) if env.on_gpu else (None if blind else 0),
                              local=blind is None)
         env.log = server_log
@@ -196,15 +202,37 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
                     server_log=server_log, log_why=log_why)
 
 
+#: the settings the chat names, with where each was read
+SHOWN_SETTINGS = ("OLLAMA_NUM_PARALLEL", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_FLASH_ATTENTION", "OLLAMA_CONTEXT_LENGTH")
+
+
+def _sources(control) -> dict[str, str] | None:
+    """Where each setting that matters to memory was read (None: nothing was)."""
+    if control.env() is None or not hasattr(control, "source_of"):
+        return None
+    keys = sorted(set(SHOWN_SETTINGS) | set(control.env()))
+    return {k: control.source_of(k) for k in keys if k not in ("OLLAMA_HOST", "OLLAMA_MODELS")}
+
+
 def _settings_line(control: ForeignServer) -> str:
-    """The user's server settings as read (or why they were not), one line."""
+    """The user's server settings as read, each with its source (or why they were not), one line."""
     settings = control.env()
     if settings is None:
         return t("world.settings_unknown", why=control.why)
-    shown = {k: v for k, v in sorted(settings.items()) if k not in ("OLLAMA_HOST", "OLLAMA_MODELS")}
-    if not shown:
-        return t("world.settings_none")
-    return t("world.settings_read", settings=", ".join(f"{k}={v}" for k, v in shown.items()))
+    shown = []
+    for key, source in (_sources(control) or {}).items():
+        if source == "unknown":
+            shown.append(t("world.setting_unknown", key=key))
+        elif key in settings:
+            shown.append(t("world.setting_from", key=key, value=settings[key], source=_from(source)))
+        elif key in SHOWN_SETTINGS:
+            shown.append(t("world.setting_unset", key=key, source=_from(source)))
+    return t("world.settings_read", settings="; ".join(shown))
+
+
+def _from(source: str) -> str:
+    """A setting's source in the user's words (``version default`` -> ``world.from.version_default``)."""
+    return t("world.from." + source.replace(" ", "_"))
 
 
 def remote_selection(host: str) -> Selection:
