@@ -9,6 +9,7 @@ from probes import baseline
 from probes.base import ProbeEnv
 from probes.memory.select import select_reader
 from probes.ollama_api import Ollama
+from probes.units import fmt_size
 from tests.test_sim_http import LLAMA8B
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -46,6 +47,15 @@ def test_the_ledger_lists_every_loaded_model_and_leaves_what_no_source_names_una
     en, zh = dict(ledger_rows(held, "en")), dict(ledger_rows(held, "zh"))
     assert "chat:q8_0, this model (ollama ps)" in en and "embed:f16, another model (ollama ps)" in en
     assert "chat:q8_0，本模型（ollama ps）" in zh and "无法归属（已用 - 其他 - ollama ps）" in zh
+    # the embedder stays loaded; what it holds, and that unloading it is the user's call, is said
+    from assistant.report.ledger import others_note
+
+    size = fmt_size(embed.size_vram_bytes)
+    assert f"hold {size}: embed:f16 ({size})" in others_note(held, "en")
+    assert "would free" in others_note(held, "en", auto=True) and "stay loaded" in others_note(held, "en", auto=True)
+    assert "不会卸载它们" in others_note(held, "zh")
+    alone = dict(held, models=[m for m in held["models"] if m["this"]])
+    assert others_note(alone, "en") is None
 
 
 def test_a_model_evicted_during_a_step_is_said_and_its_peak_is_not_counted():

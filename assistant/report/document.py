@@ -22,7 +22,7 @@ from assistant.config import VOCAB
 from common.catalog import t
 from assistant.files.outputs import modelfile_text, server_env
 from assistant.report.chart import LIMIT_OFF_CHART_RATIO, chart_png, chart_top
-from assistant.report.ledger import ledger_rows
+from assistant.report.ledger import ledger_rows, others_note
 from assistant.report.format import Chart, Code, Heading, Items, Para, Quote, Table, render_html, render_markdown
 from probes.units import fmt_size
 
@@ -187,6 +187,9 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     for held in (f for f in facts if f.get("kind") == "ledger"):
         blocks.append(Heading(t("ledger.title", lang, source=held.get("source") or "?")))
         blocks.append(Table((t("report.col_what", lang), t("report.col_memory", lang)), tuple(ledger_rows(held, lang))))
+        left = others_note(held, lang)
+        if left:
+            blocks.append(Para(left))
 
     # what was measured, then the rules' reading of it: a fact holds no verdict
     fact_table("reproduction", "report.reproduction", ("num_ctx", "slots", "requests", "placement", "peak",

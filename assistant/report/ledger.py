@@ -39,3 +39,16 @@ def ledger_rows(fact: dict, lang: str | None = None) -> list[tuple[str, str]]:
 
 
 _PARTS = ("weights", "kv_cache", "compute", "output")
+
+
+def others_note(fact: dict, lang: str | None = None, auto: bool = False) -> str | None:
+    """What the other loaded models hold and that oomvet leaves them loaded
+    (with ``--auto``: what it would free, and that it does not); None when
+    ``ollama ps`` listed no other model."""
+    others = [m for m in fact.get("models") or [] if not m.get("this")]
+    if not others:
+        return None
+    names = ", ".join(f"{m.get('name')} ({fmt_size(m['bytes'])})" if m.get("bytes") is not None
+                      else str(m.get("name")) for m in others)
+    size = fmt_size(sum(m.get("bytes") or 0 for m in others))
+    return t("ledger.others_auto" if auto else "ledger.others_left", lang, size=size, names=names)

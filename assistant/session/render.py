@@ -21,7 +21,7 @@ from rich.text import Text
 from common.catalog import get_lang, t
 from probes.result import SIZE_KEYS
 from probes.units import fmt_size
-from assistant.report.ledger import ledger_rows
+from assistant.report.ledger import ledger_rows, others_note
 
 COMPACT_BELOW = 100  # columns
 
@@ -82,7 +82,7 @@ def note(text: str) -> str:
     return text
 
 
-def probe_result(result, width: int, readings=()) -> RenderableType:
+def probe_result(result, width: int, readings=(), auto: bool = False) -> RenderableType:
     """A probe result as a table (or, below 100 columns, one line per row),
     then how the rules read each measurement (``Advisor.readings()`` entries:
     the verdicts are theirs, the rows hold only what was measured)."""
@@ -115,6 +115,9 @@ def probe_result(result, width: int, readings=()) -> RenderableType:
     for fact in result.facts:
         if fact.get("kind") == "ledger":
             parts.append(ledger_table(fact))
+            left = others_note(fact, auto=auto)
+            if left:
+                parts.append(Text(left, overflow="fold"))
     if result.error:
         parts.append(Text(t("render.error", text=note(result.error)), style="red"))
     for text in result.notes:

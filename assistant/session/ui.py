@@ -78,15 +78,17 @@ class AutoUI:
         if self.quiet:
             return
         if event == "probe_result":
-            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()))
+            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()),
+                       auto=True)
         elif event == "done":
             show_done(self.console, data["result"])
 
 
-def show_probe(console: Console, result: ProbeResult, session=None, readings=()) -> None:
+def show_probe(console: Console, result: ProbeResult, session=None, readings=(), auto: bool = False) -> None:
     """The probe's result in the session's language, the rules' reading of each
-    of its measurements, then the server's state in one line."""
-    console.print(render.probe_result(result, console.width, readings))
+    of its measurements, then the server's state in one line. ``auto``: no one
+    is asked (``--auto``, ``diagnose``)."""
+    console.print(render.probe_result(result, console.width, readings, auto=auto))
     api = getattr(getattr(getattr(session, "world", None), "env", None), "api", None)
     if api is not None:
         try:
@@ -361,7 +363,8 @@ class ChatUI:
 
     def show(self, event: str, **data) -> None:
         if event == "probe_result":
-            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()))
+            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()),
+                       auto=self.auto)
         elif event == "done":
             show_done(self.console, data["result"])
 

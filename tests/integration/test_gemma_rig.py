@@ -72,3 +72,9 @@ def test_the_ledger_shows_a_second_model_loaded_beside_neohorse_in_both_language
     assert f"{GEMMA_TAG}, another model (ollama ps)" in en and "neohorse-1:q8_0, this model (ollama ps)" in en
     assert f"{GEMMA_TAG}，另一个模型（ollama ps）" in zh and "其他程序（系统其余部分）" in zh
     assert result.facts[0]["measured"] is True and "evicted" not in result.facts[0]
+    # the other model is left loaded, and what it holds is said; --auto says it would free it
+    from assistant.report.ledger import others_note
+
+    assert others_note(held, "en").startswith(f"other models loaded on this server hold ")
+    assert f"--auto: oomvet would free" in others_note(held, "en", auto=True)
+    assert GEMMA_TAG in others_note(held, "zh", auto=True) and "不会未经询问就卸载" in others_note(held, "zh", auto=True)
