@@ -19,13 +19,11 @@ A figure a source does not give is None (shown as "not given"), never a guess.
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from probes.base import ProbeEnv
+from probes.memory.base import OLLAMA_PROCESS
 
-#: process names of Ollama's own processes (the server and its model runners)
-_OLLAMA = re.compile(r"ollama|llama[-_]server", re.IGNORECASE)
 #: the log's buffer kinds, as the ledger names them
 _KINDS = {"model": "weights", "KV": "kv_cache", "compute": "compute", "output": "output", "RS": "kv_cache"}
 
@@ -40,7 +38,7 @@ def read(env: ProbeEnv, model: str, buffers: list[dict] | None = None) -> dict:
     total = getattr(reading, "total_bytes", None)
     free = getattr(reading, "free_bytes", None)
     used = getattr(reading, "used_bytes", None)
-    ours = [p for p in procs if host or _OLLAMA.search(p.name or "")]
+    ours = [p for p in procs if host or OLLAMA_PROCESS.search(p.name or "")]
     ollama_seen = sum(p.used_bytes or 0 for p in ours) if ours else None
     if host:
         # the host source's "used" is Ollama's runners; the rest of the system is what is left
@@ -51,7 +49,7 @@ def read(env: ProbeEnv, model: str, buffers: list[dict] | None = None) -> dict:
         in_use = used
         # a process whose name cannot be read is listed, but counted as neither
         others = [{"pid": p.pid, "name": p.name, "bytes": p.used_bytes, "named": _named(p.name)} for p in procs
-                  if not _OLLAMA.search(p.name or "")]
+                  if not OLLAMA_PROCESS.search(p.name or "")]
     rows = _safe(lambda: env.api.ps()) or []
     on_device = not host  # a device source: what ollama ps says is on the device
     wanted = model.lower()

@@ -8,12 +8,14 @@ unmeasured if the second try breaks one too.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from probes import sanity
 from probes.base import Cancelled, ProbeEnv, read_used
+from probes.memory.base import OLLAMA_PROCESS, Reading
 from probes.result import Chart
 from probes.sampler import Sampler
 
@@ -38,6 +40,8 @@ class Step:
     _failed_now: int = 0           # now() readings that failed
     _refused: str | None = None    # a sanity check's reason, set by invalidate()
     evicted: tuple[str, ...] = ()  # models ollama ps listed before the step and not after it
+    #: what processes that are not Ollama's gained (or, negative, gave back) during the step, left out of it
+    others_moved: int = 0
 
     def now(self) -> int | None:
         """The model's usage now (reading minus idle); None when unmeasured."""
@@ -113,6 +117,8 @@ class Step:
         health = {"measured": self.measured, "unmeasured": self.unmeasured}
         if self.evicted:
             health["evicted"] = list(self.evicted)
+        if self.others_moved:
+            health["others_moved"] = int(self.others_moved)
         return health
 
     def chart(self) -> Chart:
@@ -123,13 +129,68 @@ class Step:
         return Chart(self.name, 0, self.peak, self.limit_bytes, timeline, marks)
 
 
+class OthersAside:
+    """A device source read as the model's share: its "used" less what the
+    processes that are not Ollama's gained (or plus what they gave back)
+    since the step began. A device reading counts every process on the card;
+    a desktop or a training job that frees memory in the middle of a step
+    would otherwise hide part of the model's peak (and one that grows would
+    be charged to the model). Only for sources that name processes with
+    their memory (NVML, rocm-smi); a reading whose process list fails, or
+    that gives no per-process figure, is taken as the device reads it.
+    :attr:`moved` is the largest change seen, for the step's notes."""
+
+    def __init__(self, reader):
+        self.reader = reader
+        self.name = getattr(reader, "name", None)
+        self._start = self._others()
+        self.moved = 0
+
+    @classmethod
+    def wraps(cls, reader) -> bool:
+        """Whether ``reader`` names processes on a device (the host source
+        already counts only the server's runners)."""
+        return getattr(reader, "name", None) not in ("host", "ollama-ps") and hasattr(reader, "processes")
+
+    def _others(self) -> int | None:
+        try:
+            procs = self.reader.processes()
+        except Exception:  # noqa: BLE001 - no process figures: the device reading stands
+            return None
+        others = [p for p in procs if not OLLAMA_PROCESS.search(p.name or "")]
+        if any(p.used_bytes is None for p in others):
+            return None
+        return sum(int(p.used_bytes) for p in others)
+
+    def refresh(self) -> None:
+        refresh = getattr(self.reader, "refresh", None)
+        if refresh is not None:
+            refresh()
+
+    def read(self) -> Reading:
+        reading = self.reader.read()
+        now = self._others()
+        if reading.used_bytes is None or now is None or self._start is None:
+            return reading
+        change = now - self._start
+        if abs(change) > abs(self.moved):
+            self.moved = change
+        return dataclasses.replace(reading, used_bytes=reading.used_bytes - change)
+
+    def __getattr__(self, name):  # info(), processes(), close(): the source's own
+        return getattr(self.reader, name)
+
+
 @contextlib.contextmanager
 def sampled(env: ProbeEnv, name: str) -> Iterator[Step]:
-    """Take the idle reading, then sample in the background until the block ends."""
+    """Take the idle reading, then sample in the background until the block
+    ends. On a source that names processes, what other programs gain or
+    give back during the step is left out of it (:class:`OthersAside`)."""
     before = _loaded_names(env)
-    idle = env.used()
+    reader = OthersAside(env.reader) if OthersAside.wraps(env.reader) else env.reader
+    idle = read_used(reader)
     env.last_idle_bytes = idle
-    sampler = Sampler(env.reader, hz=env.hz)
+    sampler = Sampler(reader, hz=env.hz)
     step = Step(name, idle, sampler, env.limit_bytes, blind=env.blind)
     env.say("step", name=name, step=step)
     sampler.start()
@@ -144,6 +205,9 @@ def sampled(env: ProbeEnv, name: str) -> Iterator[Step]:
             step.evicted = tuple(sorted(before - after))
             step.invalidate(f"Ollama unloaded {', '.join(step.evicted)} during the step (an eviction): "
                             "the memory it freed hides this step's own peak")
+        moved = getattr(reader, "moved", 0)
+        if abs(moved) >= sanity.NOISE_BYTES:
+            step.others_moved = moved
         env.say("step_done", name=name, step=step)
 
 

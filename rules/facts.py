@@ -76,6 +76,9 @@ class _Measurement(_Fact):
     unmeasured: str | None = ABSENT
     # models ollama ps listed at the step's idle reading and not at its end: Ollama evicted them
     evicted: list = ABSENT
+    # bytes processes that are not Ollama's gained (negative: gave back) during the step;
+    # left out of the step's figures, which are the model's share
+    others_moved: int = ABSENT
 
 
 class Symptom(_Fact):

@@ -113,6 +113,11 @@ def probe_result(result, width: int, readings=(), auto: bool = False) -> Rendera
         parts.append(Text(t("render.reading", text=reading["note_zh" if get_lang() == "zh" else "note"]),
                           overflow="fold"))
     for fact in result.facts:
+        if fact.get("others_moved"):
+            moved = int(fact["others_moved"])
+            parts.append(Text(t("render.others_moved", size=fmt_size(abs(moved)),
+                                how=t("render.others_gained" if moved > 0 else "render.others_gave_back")),
+                              overflow="fold"))
         if fact.get("kind") == "ledger":
             parts.append(ledger_table(fact))
             left = others_note(fact, auto=auto)

@@ -10,11 +10,14 @@ lives here so tests can feed them recorded output.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import asdict, dataclass
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 VENDORS = ("nvidia", "amd", "apple", "cpu", "simulated", "unknown")
+#: names of Ollama's own processes (the server and its model runners), as a device source names them
+OLLAMA_PROCESS = re.compile(r"ollama|llama[-_]server", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
