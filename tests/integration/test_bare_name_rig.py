@@ -5,7 +5,11 @@ F16 tag). Every comparison with /api/ps and the process list must treat the
 two as one model, or unloads return early and later readings include the old
 process. The diagnosis under the README's budget must measure tiers that grow
 with the context, peaks above the weights, and the same stability peak as the
-tagged run."""
+tagged run.
+
+The user says it worked on Ollama 0.11.4: on the current engine the
+diagnosis names what changed for memory since (and what the user's own
+setup, run first, showed of it); on 0.11.4 itself, that nothing did."""
 from __future__ import annotations
 
 import json
@@ -21,7 +25,8 @@ from probes.ollama_api import Ollama
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
-ANSWERS = {"symptom": "NeoHorse-1 runs out of memory as soon as it loads; 4k context is enough", "want_ctx": 4096,
+ANSWERS = {"symptom": "NeoHorse-1 worked on Ollama 0.11.4; since the upgrade it runs out of memory as soon as it "
+                      "loads; 4k context is enough", "want_ctx": 4096,
            "want_parallel": 1, "keep_context": False, "budget": "340MiB", "lang": "en"}
 
 
@@ -45,6 +50,13 @@ def test_a_bare_name_measures_the_same_model_as_its_tag(rig, tmp_path):
     assert api.same_model("neohorse-1", "neohorse-1:f16")
     bare, facts = _diagnose(rig, "neohorse-1", tmp_path / "bare")
     assert bare["diagnosis"]["cause"] == "weights" and bare["verified"] is True, bare
+    # the findings, in the session's language (English here)
+    (upgrade,) = [f for f in bare["diagnosis"]["findings"] if "0.11.4" in f]
+    if api.version().startswith("0.3"):  # v0.34.4: three changes since 0.11.4, each with its version
+        assert "worked on Ollama 0.11.4; this server runs 0.34.4" in upgrade, upgrade
+        assert all(f"(since {v})" in upgrade for v in ("0.12.4", "0.15.5", "0.30.0")), upgrade
+    else:
+        assert "none of the changes oomvet knows of" in upgrade, upgrade
     tiers = sorted((f for f in facts if f["kind"] == "tier" and f.get("peak") is not None),
                    key=lambda f: f["num_ctx"])
     assert len(tiers) >= 2 and all(f["measured"] for f in tiers)
