@@ -11,13 +11,14 @@ processes never counts against the model.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterator, Mapping
 
-from common.errors import ExitCode, ProbeError, ProbeTimeout
+from common.errors import ExitCode, ProbeError, ProbeTimeout, ServerUnreachable
 from probes.ollama_api import Loaded, Ollama, canonical_name
 from probes.server import ForeignServer, ServerControl
 from probes.serverinfo import engine_of
@@ -135,6 +136,9 @@ RESTORE_WATCH_S = 3.0
 RESTORE_TRIES = 3
 #: seconds between those tries
 RESTORE_RETRY_PAUSE_S = 1.0
+#: after a probe whose reply timed out, how long the server has to answer
+#: ``/api/version`` before it counts as hung and the restore is not tried
+HUNG_CHECK_S = 3.0
 
 
 @contextlib.contextmanager
@@ -154,7 +158,14 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
         cancel_was_set = env.cancel.is_set()
         env.cancel.clear()  # the restore itself must not be cancelled
         settled, busy = True, 0
+        # the probe ended on a reply that never came: a server that does not answer
+        # a short question now is hung, and every restore call would wait the whole
+        # --timeout again (two minutes of a user's time for a restore that cannot work)
+        hung = isinstance(sys.exc_info()[1], ServerUnreachable) and not _answers(env.api)
         try:
+            if hung:
+                raise ServerUnreachable(f"the Ollama server at {env.api.host} did not answer again "
+                                        f"within {HUNG_CHECK_S:g} s after its timeout")
             # a load cut short by Ctrl-C or SIGTERM goes on in the server: let it end,
             # or the unload below runs first and the model stays loaded after we leave
             settle = getattr(env.api, "settle", None)
@@ -171,6 +182,11 @@ def restoring(env: ProbeEnv) -> Iterator[list[Loaded]]:
             if cancel_was_set:
                 env.cancel.set()
         env.changed("restored", key=key, settled=settled, tries=tries)
+
+
+def _answers(api) -> bool:
+    answers = getattr(api, "answers", None)
+    return True if answers is None else bool(answers(HUNG_CHECK_S))
 
 
 def _retried(put_back: Callable[[], None], tries: int = RESTORE_TRIES) -> int:

@@ -141,6 +141,18 @@ class Ollama:
         """Loads, unloads and generations sent and not yet answered (a caller may have given up on them)."""
         return len(self._running)
 
+    def answers(self, within_s: float = 3.0) -> bool:
+        """Whether the server answers ``/api/version`` within ``within_s``
+        seconds now: after a call that timed out, a hung server (SIGSTOP, a
+        stuck process) is told from a slow one without waiting the whole
+        ``--timeout`` again."""
+        try:
+            within(lambda: self._http().request("GET", "/api/version", timeout=within_s).raise_for_status(),
+                   within_s, None)
+        except Exception:  # noqa: BLE001 - any failure is "does not answer"
+            return False
+        return True
+
     # -- reading -------------------------------------------------------------
     def version(self) -> str:
         """``curl HOST/api/version``; raises ServerUnreachable, or

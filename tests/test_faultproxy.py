@@ -233,3 +233,15 @@ def test_a_read_the_caller_gave_up_on_is_not_waited_for(upstream):
         with pytest.raises(ServerUnreachable):
             api.ps()
         assert api.in_flight() == 0 and api.settle(0.0) is True
+
+
+def test_a_server_dripping_its_answer_does_not_count_as_answering(upstream):
+    from probes.ollama_api import Ollama
+
+    with FaultProxy(target=upstream, mode="pass") as p:
+        assert Ollama(p.url).answers(2.0) is True
+    with FaultProxy(target=upstream, mode="drip") as p:
+        started = time.monotonic()
+        assert Ollama(p.url).answers(0.5) is False
+        assert time.monotonic() - started < 2.0  # asked briefly, not for a whole --timeout
+    assert Ollama("http://127.0.0.1:9").answers(0.5) is False  # nobody listens there

@@ -182,3 +182,46 @@ def test_a_restore_that_fails_every_try_is_reported_with_how_often_it_was_tried(
     event, data = env.entries[-1]
     assert event == "restore_failed" and data["tries"] == base.RESTORE_TRIES
     assert server.loaded == {"neohorse-1:q8_0": 4096}  # nothing pretended: it was not put back
+
+
+class HungServer(HiccupServer):
+    """A server that stopped answering (SIGSTOP): every call waits out the
+    timeout; ``answers()`` is the short question asked after one did."""
+
+    def __init__(self, loaded: dict):
+        super().__init__(loaded, fails=0)
+        self.hung = False
+        self.asked: list[float] = []
+
+    def ps(self) -> list[Loaded]:
+        if self.hung:
+            self.calls.append("ps")
+            raise ServerUnreachable("the Ollama server at http://fake stopped answering")
+        return super().ps()
+
+    def answers(self, within_s: float) -> bool:
+        self.asked.append(within_s)
+        return not self.hung
+
+
+def test_after_a_timeout_a_server_that_does_not_answer_is_not_waited_on_again(monkeypatch):
+    monkeypatch.setattr(base, "RESTORE_RETRY_PAUSE_S", 0.0)
+    server = HungServer({"neohorse-1:q4_1": 1024})
+    env = _restoring_env(server)
+    with pytest.raises(ServerUnreachable, match="did not answer again within 3 s"), base.restoring(env):
+        server.loaded = {"neohorse-1:q8_0": 4096}
+        server.hung = True
+        raise ServerUnreachable("the Ollama server at http://fake did not finish a reply within 20 s")
+    assert server.asked == [base.HUNG_CHECK_S] and server.calls == []  # no restore call waited on it
+    event, data = env.entries[-1]
+    assert event == "restore_failed" and "did not answer again" in data["reason"]
+
+
+def test_after_a_timeout_a_server_that_answers_again_is_put_back(monkeypatch):
+    monkeypatch.setattr(base, "RESTORE_RETRY_PAUSE_S", 0.0)
+    server = HungServer({"neohorse-1:q4_1": 1024})
+    env = _restoring_env(server)
+    with pytest.raises(ServerUnreachable, match="within 20 s"), base.restoring(env):
+        server.loaded = {"neohorse-1:q8_0": 4096}
+        raise ServerUnreachable("the Ollama server at http://fake did not finish a reply within 20 s")
+    assert server.asked == [base.HUNG_CHECK_S] and server.loaded == {"neohorse-1:q4_1": 1024}
