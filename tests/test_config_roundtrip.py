@@ -132,7 +132,9 @@ def test_ollama_section_maps_each_value_to_its_real_knob():
 
 
 def test_quantized_kv_cache_turns_flash_attention_on():
-    result = sample_result()
+    # what a session on the legacy runner (flash attention unset is off there) finds to change
+    result = sample_result(server_env={"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_KV_CACHE_TYPE": "q8_0",
+                                       "OLLAMA_FLASH_ATTENTION": "1"})
     result["config"]["kv_cache"] = "q8_0"
     doc = build_config(result)
 

@@ -22,7 +22,8 @@ EXPECTED_FILES = {"oomvet.yaml", "Modelfile", "ollama.env", "oomvet-ollama.conf"
 
 
 def doc_with(**config):
-    result = sample_result()
+    """The files for ``config`` on a server whose settings were not read: every setting written."""
+    result = sample_result(server_env=None)
     result["config"].update(config)
     return build_config(result)
 

@@ -293,3 +293,23 @@ def test_the_settings_line_names_each_source_in_the_users_language():
     catalog.set_lang("zh")
     zh = _settings_line(server)
     assert "OLLAMA_NUM_PARALLEL=4（来自其模型进程的命令行）" in zh and "OLLAMA_CONTEXT_LENGTH 未知" in zh
+
+
+def test_a_quantized_cache_already_in_effect_is_not_written_again():
+    """The user's server runs OLLAMA_KV_CACHE_TYPE=q8_0 with flash attention
+    unset: auto on llama-server, which a quantized cache works with. A config
+    with a q8_0 cache changes neither (before: both were written, and
+    OLLAMA_FLASH_ATTENTION=1 forced on what auto already decides)."""
+    from assistant.session.loop import _server_env
+
+    config = {"max_concurrency": 4, "kv_cache": "q8_0"}
+    users = {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_KV_CACHE_TYPE": "q8_0"}
+    assert _server_env(config, users, fa_auto=True) == {}
+    # the legacy runner: unset is off, and a quantized cache needs it on
+    assert _server_env(config, users, fa_auto=False) == {"OLLAMA_FLASH_ATTENTION": "1"}
+    for server_env, written in (({}, {}), ({"OLLAMA_FLASH_ATTENTION": "1"}, {"OLLAMA_FLASH_ATTENTION": "1"}),
+                                (None, {"OLLAMA_NUM_PARALLEL": "1", "OLLAMA_KV_CACHE_TYPE": "q8_0",
+                                        "OLLAMA_FLASH_ATTENTION": "1"})):
+        result = sample_result(server_env=server_env)
+        result["config"]["kv_cache"] = "q8_0"
+        assert _active(render_files(build_config(result))["ollama.env"]) == written, server_env

@@ -45,7 +45,7 @@ def ollama_section(values: Mapping[str, Any], server_env: Mapping[str, Any] | No
 
     ``server_env``: the server variables the config needs changed, as the
     session read the server (the ones already in effect left out); None when
-    what is in effect is not known, and then the concurrency is written too.
+    what is in effect is not known, and then the concurrency and the cache are written too.
 
     max_context_len -> PARAMETER num_ctx (and the request option);
     max_batch_size -> PARAMETER num_batch; max_concurrency -> OLLAMA_NUM_PARALLEL;
@@ -65,9 +65,12 @@ def ollama_section(values: Mapping[str, Any], server_env: Mapping[str, Any] | No
     # the values are what was decided; the environment follows them
     if parallel is not None and (server_env is None or "OLLAMA_NUM_PARALLEL" in env):
         env["OLLAMA_NUM_PARALLEL"] = str(parallel)
-    if kv != "f16":
+    if server_env is None:  # nothing known in effect: the cache, and what a quantized one needs
         env["OLLAMA_KV_CACHE_TYPE"] = kv
-        env["OLLAMA_FLASH_ATTENTION"] = "1"
+        if kv != "f16":
+            env["OLLAMA_FLASH_ATTENTION"] = "1"
+    elif kv != "f16" and "OLLAMA_KV_CACHE_TYPE" in env:
+        env["OLLAMA_KV_CACHE_TYPE"] = kv  # flash attention: in server_env where it is not already on or auto
     elif "OLLAMA_KV_CACHE_TYPE" in env:
         env["OLLAMA_KV_CACHE_TYPE"] = "f16"
     params = {k: v for k, v in (("num_ctx", ctx), ("num_batch", batch)) if v is not None}

@@ -299,9 +299,10 @@ def _env_disagreements(envs: Mapping, values: Mapping, bad) -> None:
         if have is not None and env_text(have) != kv:
             bad(slot, "ollama.env.OLLAMA_KV_CACHE_TYPE", "config.env_mismatch", name="OLLAMA_KV_CACHE_TYPE",
                 got=env_text(have), vocab="kv_cache", want=kv)
-        elif kv != "f16" and have is None:
-            bad(slot, "ollama.env", "config.kv_env_missing", value=kv)
-        elif kv != "f16" and not env_is_on(envs.get("OLLAMA_FLASH_ATTENTION", "")):
+        # a quantized cache the section does not set is one the server already runs (the files write
+        # only what differs); one it sets must not come with flash attention forced off
+        elif kv != "f16" and have is not None and "OLLAMA_FLASH_ATTENTION" in envs \
+                and not env_is_on(envs.get("OLLAMA_FLASH_ATTENTION", "")):
             bad(slot, "ollama.env", "config.kv_needs_fa", value=kv)
 
 

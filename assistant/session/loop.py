@@ -261,7 +261,8 @@ class Session:
             "fits": fits,
             "unmet": list(step.get("unmet") or []),
             "diagnosis": diagnosis,
-            "server_env": _server_env(config, self.world.env.control.env(), known_keys(self.world.env.control)),
+            "server_env": _server_env(config, self.world.env.control.env(), known_keys(self.world.env.control),
+                                      fa_auto=(self.world.server_fact or {}).get("engine") == "llama-server"),
             "steps": self.steps,
             "evidence": self._evidence(facts),
             "facts": facts,
@@ -299,14 +300,14 @@ class Session:
 
 
 def _server_env(config: dict | None, in_effect: dict[str, str] | None,
-                known: frozenset[str] | None = None) -> dict[str, str]:
+                known: frozenset[str] | None = None, fa_auto: bool = False) -> dict[str, str]:
     """The server settings the config needs that are not already in effect on
     the server (all of them when its settings could not be read); none before
     a config. The files write only these: a user's own settings stay theirs."""
     if not config:
         return {}
     return settings_to_change(in_effect, measured_server_env(config.get("max_concurrency"), config.get("kv_cache")),
-                              known=known)
+                              fa_auto=fa_auto, known=known)
 
 
 def _reproduction(seen: dict, lang: str) -> str:
