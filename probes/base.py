@@ -243,6 +243,19 @@ def settings_to_change(current: Mapping[str, str] | None, wanted: Mapping[str, s
                 and not (fa_auto and k == "OLLAMA_FLASH_ATTENTION" and str(v) == "1" and not current.get(k)))}
 
 
+def in_effect(current: Mapping[str, str] | None, engine: str | None) -> dict[str, str] | None:
+    """The settings ``current`` puts in effect on ``engine``: the legacy
+    runner ignores a quantized ``OLLAMA_KV_CACHE_TYPE`` without
+    ``OLLAMA_FLASH_ATTENTION`` on (unset is off there), and runs an f16 cache."""
+    if current is None:
+        return None
+    kv = str(current.get("OLLAMA_KV_CACHE_TYPE") or "f16").lower()
+    fa = str(current.get("OLLAMA_FLASH_ATTENTION") or "").lower() in ("1", "true", "t", "yes", "on")
+    if engine == "runner" and kv != "f16" and not fa:
+        return {k: v for k, v in current.items() if k != "OLLAMA_KV_CACHE_TYPE"}
+    return dict(current)
+
+
 def known_keys(control) -> frozenset[str] | None:
     """The keys a server control's ``env()`` covers; None when it is the whole environment."""
     return getattr(control, "known", None)
@@ -269,8 +282,8 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
     the server (a user's server, or one whose settings it could not read):
     the block then measures the server as it is, and nothing is verified."""
     current = env.control.env()
-    changes = settings_to_change(current, wanted, fa_auto=_fa_auto(env, current, wanted),
-                                 known=known_keys(env.control))
+    changes = settings_to_change(in_effect(current, _engine_if_ignored(env, current)), wanted,
+                                 fa_auto=_fa_auto(env, current, wanted), known=known_keys(env.control))
     if not changes:
         yield True
         return
@@ -290,6 +303,18 @@ def server_settings(env: ProbeEnv, wanted: dict[str, str]) -> Iterator[bool]:
             env.changed("restore_failed", key=key, host=env.api.host, settings=back, reason=str(exc))
             raise
         env.changed("settings_restored", key=key)
+
+
+def _engine_if_ignored(env: ProbeEnv, current: Mapping[str, str] | None) -> str | None:
+    """The server's engine, asked of it only when its settings hold a quantized
+    cache without flash attention on (which the legacy runner ignores)."""
+    if current is None or str(current.get("OLLAMA_KV_CACHE_TYPE") or "f16").lower() == "f16" \
+            or str(current.get("OLLAMA_FLASH_ATTENTION") or "").lower() in ("1", "true", "t", "yes", "on"):
+        return None
+    try:
+        return engine_of(env.api.version())
+    except ProbeError:
+        return None
 
 
 def _fa_auto(env: ProbeEnv, current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> bool:

@@ -172,6 +172,10 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
         kv = "f16"
     if kv is None:
         unknown["kv_cache_type"] = "the server's OLLAMA_KV_CACHE_TYPE is not known"
+    kv_asked = None
+    if engine == "runner" and fa == "off" and kv and str(kv).lower() != "f16":
+        # the legacy runner keeps an f16 cache without flash attention (a WARN in its log)
+        kv_asked, kv = str(kv).lower(), "f16"
     parallel = cmd.get("num_parallel") or _int_env(from_env("OLLAMA_NUM_PARALLEL"))
     if parallel is None and knows("OLLAMA_NUM_PARALLEL"):
         parallel = 1
@@ -194,7 +198,8 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
 
     return {"kind": "server", "version": version, "engine": engine, "engine_why": engine_why,
             "default_ctx": default_ctx, "default_ctx_why": why, "vram_total": vram_total,
-            "flash_attention": fa, "kv_cache_type": str(kv).lower() if kv else None, "num_parallel": parallel,
+            "flash_attention": fa, "kv_cache_type": str(kv).lower() if kv else None, "kv_cache_asked": kv_asked,
+            "num_parallel": parallel,
             "fit_target": fit_target, "gpu_overhead": _int_env(from_env("OLLAMA_GPU_OVERHEAD")),
             "local": local, "sizes": {"llama-server": "measured", "runner": "estimate"}.get(engine or ""),
             "knobs": knobs_for(engine), "unknown": unknown,

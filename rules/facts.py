@@ -258,6 +258,9 @@ class Server(_Fact):
     vram_total: int | None = ABSENT  # what the VRAM tier was chosen from
     flash_attention: Literal[FLASH_ATTENTION + (None,)]
     kv_cache_type: str | None
+    # the cache type the environment asks for where another is in effect (the legacy
+    # runner keeps f16 without flash attention); None when what is asked is in effect
+    kv_cache_asked: str | None = ABSENT
     num_parallel: int | None
     fit_target: int | None  # bytes llama.cpp's fit leaves free per device
     gpu_overhead: int | None = ABSENT  # OLLAMA_GPU_OVERHEAD as set (bytes)

@@ -313,3 +313,24 @@ def test_a_quantized_cache_already_in_effect_is_not_written_again():
         result = sample_result(server_env=server_env)
         result["config"]["kv_cache"] = "q8_0"
         assert _active(render_files(build_config(result))["ollama.env"]) == written, server_env
+
+
+def test_on_the_legacy_runner_a_quantized_cache_without_flash_attention_is_f16_in_effect():
+    """v0.11.4 drops OLLAMA_KV_CACHE_TYPE=q8_0 without flash attention (none on
+    a CPU): the server fact says f16 with what was asked, and a config on an
+    f16 cache changes nothing on that server (before: the config said q8_0,
+    the files wrote flash attention on, and the retest could not be verified)."""
+    from assistant.session.loop import _server_env
+    from probes.base import in_effect
+    from probes.serverinfo import server_fact
+
+    users = {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_KV_CACHE_TYPE": "q8_0"}
+    legacy = server_fact("0.11.4", env=users, vram_total=0, local=True)
+    assert legacy["kv_cache_type"] == "f16" and legacy["kv_cache_asked"] == "q8_0"
+    current = server_fact("0.34.4", env=users, vram_total=0, local=True)
+    assert current["kv_cache_type"] == "q8_0" and current["kv_cache_asked"] is None
+    config = {"max_concurrency": 4, "kv_cache": "f16"}
+    assert _server_env(config, in_effect(users, "runner")) == {}
+    assert _server_env(config, in_effect(users, "llama-server")) == {"OLLAMA_KV_CACHE_TYPE": "f16"}
+    on = dict(users, OLLAMA_FLASH_ATTENTION="1")
+    assert in_effect(on, "runner") == on  # with flash attention on, the cache is what was asked

@@ -21,7 +21,7 @@ from common.errors import ExitCode, ProbeError, ServerUnreachable
 from assistant.intake import Intake
 from assistant.intake.llm import Transcript
 from probes import backend, baseline, context, quant, reproduce, stability
-from probes.base import Cancelled, known_keys, measured_server_env, settings_to_change
+from probes.base import Cancelled, in_effect, known_keys, measured_server_env, settings_to_change
 from probes.result import ProbeResult
 from probes.units import fmt_size
 from rules.engine import Advisor
@@ -249,6 +249,7 @@ class Session:
             diagnosis["advice"] = step.get(f"advice_{self.lang}") or step.get("advice_en") or step["advice"]
             diagnosis["advice_key"] = step["advice"]
         facts = advisor.facts()
+        engine = (self.world.server_fact or {}).get("engine")
         result = {
             "tool": f"oomvet {__version__}",
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -261,8 +262,8 @@ class Session:
             "fits": fits,
             "unmet": list(step.get("unmet") or []),
             "diagnosis": diagnosis,
-            "server_env": _server_env(config, self.world.env.control.env(), known_keys(self.world.env.control),
-                                      fa_auto=(self.world.server_fact or {}).get("engine") == "llama-server"),
+            "server_env": _server_env(config, in_effect(self.world.env.control.env(), engine),
+                                      known_keys(self.world.env.control), fa_auto=engine == "llama-server"),
             "steps": self.steps,
             "evidence": self._evidence(facts),
             "facts": facts,

@@ -198,6 +198,8 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
         env.log = server_log
         if kind == "ollama" and blind is None:  # a user's server on this machine: say what was read
             log(_settings_line(control))
+            if server.get("kv_cache_asked"):
+                log(t("world.kv_ignored", asked=server["kv_cache_asked"], version=server.get("version")))
         yield World(env=env, selection=selection, limit=limit, budget=budget, kind=kind, server_fact=server,
                     server_log=server_log, log_why=log_why)
 
