@@ -249,11 +249,31 @@ def read_retest(st: dict, f: dict, verdict: str) -> None:
     if why:
         verdict = "fail"
     st["retest_why"] = why
+    if verdict == "fail":
+        st["retest_failed_why"] = "; ".join(why) or retest_failure(st, f)
+    elif verdict == "pass":
+        st["retest_failed_why"] = ""
     st["retest_measured"] = f["measured"] and f.get("peak") is not None
     st["last_retest"] = {k: f.get(k) for k in ("answered", "eval_count", "prompt_tokens", "task_tokens",
                                                 "repeat_share", "errors")}
     if st["retest"] in ("none", "pass"):
         st["retest"] = verdict
+
+
+def retest_failure(st: dict, f: dict) -> str:
+    """Why a stability fact failed the retest, in the order the readings test it."""
+    if not f.get("answered"):
+        errors = "; ".join(f.get("errors") or [])[:200]
+        return f"the run failed ({errors})" if errors else "the run failed"
+    if f.get("prompt_tokens") is not None and f.get("task_tokens") \
+            and f["prompt_tokens"] < f["task_tokens"] * (1 - thresholds.TRUNCATION_SLACK):
+        return f"the task was cut at num_ctx ({f['prompt_tokens']} of its {f['task_tokens']} tokens read)"
+    share = f.get("repeat_share") or 0
+    if share > thresholds.RETEST_MAX_REPEAT_SHARE:
+        return f"the output repeats itself ({share:.0%} of its 4-grams)"
+    if f.get("peak") is not None and st.get("fit_limit") is not None and f["peak"] > st["fit_limit"]:
+        return f"its peak, {f['peak'] / (1 << 20):.1f} MiB, is above the limit, {st['fit_limit'] / (1 << 20):.1f} MiB"
+    return "the retest did not pass"
 
 
 def retest_regressions(current: dict, previous: dict) -> list[str]:

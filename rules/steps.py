@@ -90,6 +90,7 @@ def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:
         unverified = (st["stop_reason"] and f"the session stopped: {st['stop_reason']}") \
             or (st["unconfirmed_why"] and f"the server's settings were not confirmed: {st['unconfirmed_why']}") \
             or (st["unmeasured_why"] and f"the memory readings were not measurements: {st['unmeasured_why']}") \
+            or (st["retest_failed_why"] and cfg and f"the stability retest failed: {st['retest_failed_why']}") \
             or ("no stability retest passed on this config" if cfg else "no config was measured within the limit")
     return {"action": "done", "cause": None if st["cause"] == "none" else st["cause"],
             "config": full_config(cfg), "verified": bool(verified),

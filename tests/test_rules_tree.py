@@ -389,6 +389,16 @@ def test_a_retest_that_regresses_against_the_previous_one_does_not_verify():
     assert trace[-3:] == ["probe:context", "probe:stability", "done"]
     assert final["config"]["max_context_len"] == 4096
     assert final["verified"] is False
+    assert final["unverified"] == "the stability retest failed: shorter output: 20 tokens, previous run 256"
+
+
+def test_a_retest_whose_output_repeats_itself_says_so_in_the_final_step():
+    # a 135M stand-in on a q8_0 KV cache: half its 4-grams repeat (none on f16)
+    repeats = dict(passed(), repeat_share=0.52)
+    trace, final = _final([symptom("long_input"), target(want_ctx=2048), DEV],
+                          Script(baseline=[[load()]], context=[FIT_TO_2K], stability=[repeats] * 3))
+    assert final["verified"] is False
+    assert final["unverified"] == "the stability retest failed: the output repeats itself (52% of its 4-grams)"
 
 
 def test_a_wish_beyond_the_trained_context_is_not_a_memory_problem():
