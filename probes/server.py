@@ -39,7 +39,7 @@ class ServerControl(Protocol):
     """What a probe may do to the server besides sending requests."""
 
     #: where ``env()`` comes from: "oomvet" (it started the server), "environ",
-    #: "cmdline", "log", "told", "unknown"
+    #: "cmdline", "log", "cmdline+log" (each key's own in ``source_of``), "told", "unknown"
     source: str
 
     def can_restart(self) -> bool: ...
@@ -50,10 +50,6 @@ class ServerControl(Protocol):
     def env(self) -> dict[str, str] | None:
         """The OLLAMA_* (and LLAMA_ARG_*) settings the server runs with, as read;
         None when they could not be read (then none is assumed)."""
-
-
-#: the server-wide settings a model process's command line shows, both engines
-CMDLINE_KEYS = ("OLLAMA_NUM_PARALLEL", "OLLAMA_KV_CACHE_TYPE", "OLLAMA_FLASH_ATTENTION")
 
 
 def cmdline_settings(parsed: Mapping) -> dict[str, str | None]:
@@ -118,12 +114,12 @@ class ForeignServer:
     default). :meth:`source_of` says where each setting came from."""
 
     def __init__(self, env: Mapping[str, str] | None = None, *, source: str | None = None, why: str | None = None,
-                 known: frozenset[str] | None = None):
+                 known: frozenset[str] | None = None, sources: Mapping[str, str] | None = None):
         self._env = None if env is None else {str(k): str(v) for k, v in env.items()}
         self.source = source or ("told" if env is not None else "unknown")
         self.why = why or ("" if env is not None else "the server's settings were not read")
         self.known = None if env is None or known is None else frozenset(known)
-        self._sources: dict[str, str] = {}
+        self._sources = dict(sources or {})  # key -> source, where keys came from different places
 
     @classmethod
     def of_process(cls, pid: int | None, log: LogDigest | None = None) -> ForeignServer:
@@ -169,11 +165,9 @@ class ForeignServer:
             return cls(why=why)
         env = {k: v for k, v in found.items() if v is not None}
         read_from = sorted(set(sources.values()))
-        server = cls(env, source=read_from[0] if len(read_from) == 1 else "cmdline+log", known=frozenset(found),
-                     why=f"{why}; read instead from " + " and ".join(
-                         {"cmdline": "its model process's command line", "log": "its log"}[s] for s in read_from))
-        server._sources = sources
-        return server
+        return cls(env, source=read_from[0] if len(read_from) == 1 else "cmdline+log", known=frozenset(found),
+                   sources=sources, why=f"{why}; read instead from " + " and ".join(
+                       {"cmdline": "its model process's command line", "log": "its log"}[s] for s in read_from))
 
     def knows(self, key: str) -> bool:
         """Whether the server's value of ``key`` (set or unset) is known."""

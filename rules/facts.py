@@ -270,7 +270,8 @@ class Server(_Fact):
     unknown: dict = ABSENT  # field -> why it is None
     # where its OLLAMA_*/LLAMA_ARG_* settings were read: "environ" (its process),
     # "cmdline" (its model process's command line: only some settings), "log"
-    # (the last model start in its log), "oomvet" (a server oomvet started),
+    # (its log), "cmdline+log" (some from each: settings_sources says which),
+    # "oomvet" (a server oomvet started),
     # "told"; None: not read (the values above say unknown)
     settings_from: str | None = ABSENT
     # setting -> where its value was read ("version default": unset in a read environment)
