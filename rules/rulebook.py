@@ -132,6 +132,9 @@ def _register_reading(row: Reading) -> None:
         placement = posted.get("placement")
         fields["placement_zh"] = (t(f"rulebook.placement.{placement}", "zh")
                                   if placement in ("gpu", "partial", "cpu") else "?")
+        if posted.get("requests") is not None:  # a reproduction: the load it sent
+            key = "rulebook.load.alone" if not posted["requests"] else "rulebook.load.at_once"
+            fields["load"], fields["load_zh"] = (t(key, lang, n=posted["requests"]) for lang in ("en", "zh"))
         st["trail"].append({"rule": name, "seq": posted.get("_seq"),
                             "note": en.format_map(fields), "note_zh": zh.format_map(fields)})
         recompute_flags(st)
