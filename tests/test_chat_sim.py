@@ -178,3 +178,28 @@ def test_diagnose_with_a_budget_of_its_own_says_nothing_of_a_guess(tmp_path, cap
     assert "推测" not in capsys.readouterr().err
     # the answers file's budget wins over the 8g in the words
     assert yaml.safe_load((tmp_path / "out" / "oomvet.yaml").read_text())["evidence"]["limit"] == 6 * 1024 ** 3
+
+
+def test_ctrl_c_in_a_probe_stops_the_session_and_is_no_verdict(tmp_path, monkeypatch):
+    """Ctrl-C in the chat's quant probe (ChatUI turns it into Cancelled once the
+    server is put back: tests/test_ui_probe_ctrl_c.py): the session ends as
+    stopped, with what was measured before and exit code 130, not with "no
+    lower-bit quantization loads within the limit"."""
+    from probes import quant
+    from probes.base import Cancelled
+
+    def stopped(*args, **kwargs):
+        raise Cancelled("probe stopped by the user")
+
+    monkeypatch.setattr(quant, "run", stopped)
+    rc, screen = run_chat(
+        ["--simulate", str(SCENARIOS / "weights.yaml"), "--out", str(tmp_path), "--settle", "0.2", "--auto"],
+        ["neohorse-1:f16 is painfully slow, ollama ps shows it only partly on the GPU. 8k context is plenty.",
+         "", "", "", "", "", "", "", ""])
+    flat = " ".join(screen.split())
+    assert rc == 130, screen
+    assert "No lower-bit quantization" not in flat and "No config fits" not in flat
+    assert "Why it stopped: the session stopped: stopped by the user during the quant probe" in flat
+    assert "The session stopped before the method was done" in flat
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text()) if (tmp_path / "oomvet.yaml").exists() else None
+    assert doc is None or (doc["verified"] is False and "stopped by the user during the quant probe" in doc["unverified"])

@@ -138,10 +138,20 @@ class Session:
         env = self.world.env
         work = self._probe_work(name, args, env)
         result = self._run(f"{name}", work, env)
-        if result is None:  # cancelled: the server was restored; tell the rules it did not run
-            self._record(step, summary=t("session.stopped", self.lang), ok=None)
-            return advisor.post({"kind": "probe_done", "probe": name, "ok": False, "error": "stopped by the user"})
+        if result is None:
+            return self._stopped(advisor, step, name)
         return self._post_result(advisor, step, name, result)
+
+    def _stopped(self, advisor: Advisor, step: dict, name: str) -> dict:
+        """The user stopped a probe (Ctrl-C in the chat; the server was put back).
+        A probe cut short is no evidence: the session ends as stopped, with what
+        was measured before it and exit code 130, never with the verdict an
+        empty probe would give (before: "no lower-bit quantization loads within
+        the limit" after a Ctrl-C in the quant probe)."""
+        self._record(step, summary=t("session.stopped", self.lang), ok=None)
+        self.broken = Cancelled(f"stopped by the user during the {name} probe")
+        return advisor.post_many([{"kind": "probe_done", "probe": name, "ok": False, "error": "stopped by the user"},
+                                  {"kind": "stop", "reason": str(self.broken)}])
 
     def _change(self, advisor: Advisor, step: dict) -> dict:
         if not self.ui.consent(step):
@@ -151,9 +161,7 @@ class Session:
         env = self.world.env
         result = self._run("stability", lambda: stability.run(env, config), env)
         if result is None:
-            self._record(step, summary=t("session.stopped", self.lang), ok=None)
-            return advisor.post({"kind": "probe_done", "probe": "stability", "ok": False,
-                                 "error": "stopped by the user"})
+            return self._stopped(advisor, step, "stability")
         return self._post_result(advisor, step, "stability", result)
 
     def _probe_work(self, name: str, args: dict, env) -> Callable[[], ProbeResult]:
@@ -275,7 +283,7 @@ class Session:
             "lang": self.lang,
         }
         code = ExitCode.OK if (verified and fits and config) else ExitCode.NO_FIT
-        if isinstance(self.broken, ServerUnreachable):
+        if isinstance(self.broken, (ServerUnreachable, Cancelled)):
             code = self.broken.exit_code
         if self.journal is not None:
             self.journal.finished(result, code)

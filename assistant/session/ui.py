@@ -112,8 +112,12 @@ def show_done(console: Console, result: dict) -> None:
                         quant=config.get("quant_type"), kv=config.get("kv_cache"),
                         verified=t("ui.verified") if result.get("verified") else t("ui.not_verified")),
                       highlight=False, markup=False)
+    elif diagnosis.get("advice_key") == "broken_off":  # stopped before a config was measured: no verdict
+        console.print(t("ui.nothing_yet"))
     else:
         console.print(t("ui.nothing_fits"))
+    if diagnosis.get("advice_key") == "broken_off" and result.get("unverified"):
+        console.print(Text(t("ui.stopped_why", why=result["unverified"])))
     advice = (result.get("diagnosis") or {}).get("advice")
     if advice:
         console.print(t("ui.advice", advice=advice), highlight=False, markup=False)
