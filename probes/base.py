@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterator, Mapping
 
+from common.envbool import env_on
 from common.errors import ExitCode, ProbeError, ProbeTimeout, ServerUnreachable
 from probes.ollama_api import Loaded, Ollama, canonical_name
 from probes.server import ForeignServer, ServerControl
@@ -250,8 +251,7 @@ def in_effect(current: Mapping[str, str] | None, engine: str | None) -> dict[str
     if current is None:
         return None
     kv = str(current.get("OLLAMA_KV_CACHE_TYPE") or "f16").lower()
-    fa = str(current.get("OLLAMA_FLASH_ATTENTION") or "").lower() in ("1", "true", "t", "yes", "on")
-    if engine == "runner" and kv != "f16" and not fa:
+    if engine == "runner" and kv != "f16" and not env_on(current.get("OLLAMA_FLASH_ATTENTION")):
         return {k: v for k, v in current.items() if k != "OLLAMA_KV_CACHE_TYPE"}
     return dict(current)
 
@@ -309,7 +309,7 @@ def _engine_if_ignored(env: ProbeEnv, current: Mapping[str, str] | None) -> str 
     """The server's engine, asked of it only when its settings hold a quantized
     cache without flash attention on (which the legacy runner ignores)."""
     if current is None or str(current.get("OLLAMA_KV_CACHE_TYPE") or "f16").lower() == "f16" \
-            or str(current.get("OLLAMA_FLASH_ATTENTION") or "").lower() in ("1", "true", "t", "yes", "on"):
+            or env_on(current.get("OLLAMA_FLASH_ATTENTION")):
         return None
     try:
         return engine_of(env.api.version())

@@ -17,13 +17,13 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Collection, Mapping, Sequence
 
+from common.envbool import env_on
 from common.errors import ProbeError
 from probes.serverlog import LogDigest, parse_cmdline
 
 MIB = 1 << 20
 GIB = 1 << 30
 FIT_TARGET_DEFAULT = 1024 * MIB
-_TRUE = ("1", "true", "t", "yes", "on")
 
 
 def version_tuple(version: str | None) -> tuple[int, int, int] | None:
@@ -161,7 +161,7 @@ def server_fact(version: str | None, *, env: Mapping[str, str] | None = None, lo
     fa_env = from_env("OLLAMA_FLASH_ATTENTION")
     if fa is None and knows("OLLAMA_FLASH_ATTENTION"):
         if fa_env is not None:
-            fa = "on" if fa_env.lower() in _TRUE else "off"
+            fa = "on" if env_on(fa_env) else "off"
         elif engine is not None:
             fa = "auto" if engine == "llama-server" else "off"
     if fa is None:

@@ -334,3 +334,15 @@ def test_on_the_legacy_runner_a_quantized_cache_without_flash_attention_is_f16_i
     assert _server_env(config, in_effect(users, "llama-server")) == {"OLLAMA_KV_CACHE_TYPE": "f16"}
     on = dict(users, OLLAMA_FLASH_ATTENTION="1")
     assert in_effect(on, "runner") == on  # with flash attention on, the cache is what was asked
+
+
+def test_a_boolean_variable_is_read_as_ollamas_envconfig_reads_it():
+    """Go's ParseBool: "off" and "no" are not false spellings, so Ollama reads
+    them as true (flash attention on); only unset, empty and 0/f/false are off."""
+    from common.envbool import env_on
+    from probes.serverinfo import server_fact
+
+    assert [env_on(v) for v in ("1", "true", "T", "on", "off", "no", " 'false' ")] == [True] * 6 + [False]
+    assert [env_on(v) for v in (None, "", "0", "f", "FALSE", "False")] == [False] * 6
+    fact = server_fact("0.11.4", env={"OLLAMA_FLASH_ATTENTION": "off"}, vram_total=0, local=True)
+    assert fact["flash_attention"] == "on"  # what v0.11.4 does with "off"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from common.envbool import env_on
+
 VOCAB = ("model", "max_context_len", "max_batch_size", "max_concurrency",
          "quant_type", "kv_cache", "gpu_memory_utilization")
 
@@ -35,8 +37,6 @@ OLLAMA_OPTIONS = frozenset({
 })
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
-
-_FALSE = ("", "0", "f", "F", "false", "FALSE", "False")
 
 
 def ollama_section(values: Mapping[str, Any], server_env: Mapping[str, Any] | None = None,
@@ -124,8 +124,8 @@ def env_text(value: Any) -> str:
 
 
 def env_is_on(value: Any) -> bool:
-    """How Ollama reads a boolean variable: set and not a Go "false" spelling."""
-    return env_text(value) not in _FALSE
+    """How Ollama reads a boolean variable (a YAML true/false as the file writes it)."""
+    return env_on(env_text(value))
 
 
 def ollama_of(doc: Mapping[str, Any]) -> dict | None:
