@@ -136,8 +136,9 @@ class OthersAside:
     a desktop or a training job that frees memory in the middle of a step
     would otherwise hide part of the model's peak (and one that grows would
     be charged to the model). Only for sources that name processes with
-    their memory (NVML, rocm-smi); a reading whose process list fails, or
-    that gives no per-process figure, is taken as the device reads it.
+    their memory (NVML, rocm-smi); a reading whose process list fails, that
+    gives no per-process figure, or that lists a process it cannot name (one
+    in another container may be the model's), is taken as the device reads it.
     :attr:`moved` is the largest change seen, for the step's notes."""
 
     def __init__(self, reader):
@@ -157,7 +158,9 @@ class OthersAside:
             procs = self.reader.processes()
         except Exception:  # noqa: BLE001 - no process figures: the device reading stands
             return None
-        others = [p for p in procs if not OLLAMA_PROCESS.search(p.name or "")]
+        if any(not p.name or p.name == "?" for p in procs):
+            return None  # a process no source names (another container's) may be the model's own
+        others = [p for p in procs if not OLLAMA_PROCESS.search(p.name)]
         if any(p.used_bytes is None for p in others):
             return None
         return sum(int(p.used_bytes) for p in others)

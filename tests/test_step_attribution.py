@@ -91,6 +91,17 @@ def test_without_per_process_figures_the_device_reading_stands():
     assert abs(seen["peak"] - 3 * GiB) < 8 * MiB and "others_moved" not in seen
 
 
+def test_a_process_no_source_names_may_be_the_model_so_the_device_reading_stands():
+    card = Card(Xorg=400 * MiB, python=3 * GiB)
+
+    def load():
+        card.set("python", 1 * GiB)
+        card.set("?", 5 * GiB)  # the runner, in another container: NVML gives no name for it
+
+    seen = _step(card, load)
+    assert abs(seen["peak"] - 3 * GiB) < 8 * MiB and "others_moved" not in seen
+
+
 def test_the_host_source_is_already_the_servers_runners_alone():
     host = Card()
     host.name = "host"
