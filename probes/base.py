@@ -311,10 +311,7 @@ def _engine_if_ignored(env: ProbeEnv, current: Mapping[str, str] | None) -> str 
     if current is None or str(current.get("OLLAMA_KV_CACHE_TYPE") or "f16").lower() == "f16" \
             or env_on(current.get("OLLAMA_FLASH_ATTENTION")):
         return None
-    try:
-        return engine_of(env.api.version())
-    except ProbeError:
-        return None
+    return _engine(env)
 
 
 def _fa_auto(env: ProbeEnv, current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> bool:
@@ -324,10 +321,15 @@ def _fa_auto(env: ProbeEnv, current: Mapping[str, str] | None, wanted: Mapping[s
     if current is None or "OLLAMA_FLASH_ATTENTION" not in wanted or current.get("OLLAMA_FLASH_ATTENTION") \
             or (known is not None and "OLLAMA_FLASH_ATTENTION" not in known):
         return False
+    return _engine(env) == "llama-server"
+
+
+def _engine(env: ProbeEnv) -> str | None:
+    """The server's engine from its version now; None when it does not say."""
     try:
-        return engine_of(env.api.version()) == "llama-server"
+        return engine_of(env.api.version())
     except ProbeError:
-        return False
+        return None
 
 
 def restore(api: Ollama, before: list[Loaded], watch_s: float = 0.0, passes: int = 3) -> None:
