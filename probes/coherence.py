@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from typing import Sequence
 
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 _CODE = re.compile(r"`([^`\n]+)`")
@@ -47,34 +48,61 @@ def _numbers(text: str) -> set[str]:
     return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)}
 
 
-def measure(answer: str, task: str, reference: str | None = None, done_reason: str | None = None) -> dict:
+def measure(answer: str | Sequence[str], task: str, reference: str | Sequence[str] | None = None,
+            done_reason: str | None = None) -> dict:
     """The figures of ``answer`` to ``task`` (``reference``: the higher-bit
-    tag's answer), in the fields of a ``quant_trial`` fact."""
-    text = answer.strip()
+    tag's answer), in the fields of a ``quant_trial`` fact.
+
+    ``answer`` (and ``reference``) may be several answers of one tag to the
+    same task, read on different paths through the runner (see :data:`PATHS`):
+    then a number or a code span counts as kept where any answer kept it, and
+    a sign of breakage (a loop, garbage, an empty answer, invented numbers)
+    counts where any answer shows it. ``done_reason`` and the last character
+    are the first answer's."""
+    answers = [a.strip() for a in ([answer] if isinstance(answer, str) else answer)]
+    references = None if reference is None else [reference] if isinstance(reference, str) else list(reference)
+    text = answers[0]
     task_numbers = _numbers(task)
-    reference_numbers = _numbers(reference) if reference is not None else set()
+    reference_numbers = set().union(*(_numbers(r) for r in references)) if references else set()
     # numbers and code count only where the reference (the higher-bit tag, same
     # input) kept them: the question is what the quantization broke, not what
     # the model could never do
-    checked = task_numbers & reference_numbers if reference is not None else task_numbers
-    answer_numbers = _numbers(text)
-    markers = set(_LIST_MARKER.findall(text))
+    checked = task_numbers & reference_numbers if references is not None else task_numbers
+    kept_numbers = set().union(*(_numbers(a) for a in answers))
+    markers = set().union(*(set(_LIST_MARKER.findall(a)) for a in answers))
+    invented = set.intersection(*(_numbers(a) - task_numbers - reference_numbers - markers for a in answers))
     spans = set(_CODE.findall(task))
-    if reference is not None:
-        spans = {span for span in spans if span in reference}
+    if references is not None:
+        spans = {span for span in spans if any(span in r for r in references)}
     return {
-        "answer_chars": len(text),
-        "repeat_share": round(repeat_share(text), 4),
-        "garbled_share": round(garbled_share(text), 4),
+        "answer_chars": min(len(a) for a in answers),
+        "repeat_share": round(max(repeat_share(a) for a in answers), 4),
+        "garbled_share": round(max(garbled_share(a) for a in answers), 4),
         "done_reason": done_reason,
         "last_char": text[-1] if text else "",
         "numbers_checked": len(checked),
-        "numbers_lost": len(checked - answer_numbers),
+        "numbers_lost": len(checked - kept_numbers),
         "numbers_in_task": len(task_numbers),
-        "numbers_invented": len(answer_numbers - task_numbers - reference_numbers - markers),
+        "numbers_invented": len(invented),
         "code_spans": len(spans),
-        "code_spans_kept": sum(1 for span in spans if span in text),
+        "code_spans_kept": sum(1 for span in spans if any(span in a for a in answers)),
+        "answers": len(answers),
     }
+
+
+#: how many answers each tag gives to the coherence task, and why more than
+#: one. Greedy decoding is deterministic for one path through the runner, but
+#: not across paths: on Ollama 0.11.4's runner (CPU) a quantized tag's first
+#: answer to a new prompt (evaluated in one batch) and its answer to the same
+#: prompt again (cached, its last token evaluated alone) take different
+#: kernels, and at a near-tie a small model parts ways for good. Measured on
+#: the rig (neohorse-1 Q8_0, num_ctx 8192, seed 11): the first answer dropped
+#: all five numbers, the repeat kept every one, word for word Q4_1's answer;
+#: with num_batch 1 a third answer. F16, and every tag on llama-server
+#: (0.34.4), gave one answer on every path. So each tag answers twice (new,
+#: then cached) and a loss counts only where both answers show it: damage
+#: from fewer bits shows on every path, a near-tie on one.
+PATHS = ("new", "cached")
 
 
 # -- a measured signal where the server has one: token log-probabilities -----

@@ -5,7 +5,8 @@ the tag text, and are ordered by bits per weight. For each level below the
 current one: load at the same ``num_ctx``, read the memory right after the load
 (the fact's ``weights``: the weights with the KV cache and compute buffers at
 that ``num_ctx``, so it is shown as "after load"), and ask
-the fixed coherence task, comparing the answer with the current tag's. The
+the fixed coherence task twice (new, then cached: coherence.PATHS says why),
+comparing the answers with the current tag's two. The
 KV cache does not shrink with weight quantization, and nothing here expects
 it to. A tag the memory model predicts not to fit is not loaded (a note says
 so); the order stays highest bits first, so the first tried is the best one
@@ -55,17 +56,33 @@ def _bits(level: str | None) -> float | None:
         return None
 
 
+def _answers(env: ProbeEnv, model: str, task: str, options: dict) -> list:
+    """``model``'s answers to ``task`` on each of coherence.PATHS: the prompt
+    new, then the same prompt again (cached); the first failed reply ends it."""
+    answers = []
+    for _ in coherence.PATHS:
+        gen = env.api.generate(model, task, options)
+        answers.append(gen)
+        if not gen.ok:
+            break
+    return answers
+
+
 @timed
 def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False,
-        candidates: list[str] | None = None, fit_limit_bytes: int | None = None) -> ProbeResult:
+        candidates: list[str] | None = None, fit_limit_bytes: int | None = None,
+        task_name: str = "first") -> ProbeResult:
     """Try the lower-bit siblings of ``model``, highest bits first, skipping
     (with a note and an unmeasured fact) those the memory model predicts not
     to fit under ``fit_limit_bytes`` (the caller's limit with the margin; no
     skipping when None). Where the server returns token log-probabilities the
-    trial carries ``agreement`` and ``kl`` against the current tag."""
+    trial carries ``agreement`` and ``kl`` against the current tag.
+    ``candidates`` limits the trial to those tags and ``task_name`` picks the
+    coherence task (probes/texts.py COHERENCE_TASKS): the rules' re-check of
+    one level is ``candidates=[tag], task_name="recheck"``."""
     deadline = time.monotonic() + env.timeout_s
     result = ProbeResult("quant", ok=True)
-    task = coherence_task()
+    task = coherence_task(task_name)
     with restoring(env):
         try:
             current = env.api.show(model)
@@ -87,9 +104,9 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
         if not levels:
             result.notes.append(Note("quant.no_sibling", model=model))
         options = dict(GEN_OPTIONS, num_ctx=num_ctx)
-        reference = env.api.generate(model, task, options)
-        ref_text = reference.text if reference.ok else None
-        ref_steps = coherence.logprob_steps(env.api, model, task, options) if reference.ok else None
+        reference = _answers(env, model, task, options)
+        ref_texts = [g.text for g in reference] if reference[0].ok else None
+        ref_steps = coherence.logprob_steps(env.api, model, task, options) if reference[0].ok else None
         if ref_steps is None:
             result.notes.append(Note("quant.no_logprobs"))
         env.unload(model)
@@ -117,19 +134,21 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                 signal = None
                 if load.ok and not spilled and not step.over_limit():  # over at load: the load is the OOM
                     step.mark("request")
-                    gen = env.api.generate(tag, task, options)
+                    answers = _answers(env, tag, task, options)
+                    gen = answers[0]
                     steps = coherence.logprob_steps(env.api, tag, task, options) if ref_steps else None
                     signal = coherence.compare_logprobs(ref_steps, steps) if steps else None
             # every call made got a reply; a request not sent because the load
             # already spilled or passed the limit is not a failure of the server
             answered = load.ok and (gen is None or gen.ok)
-            figures = coherence.measure(gen.text, task, ref_text, gen.done_reason) if gen is not None and gen.ok else {}
+            figures = (coherence.measure([g.text for g in answers], task, ref_texts, gen.done_reason)
+                       if gen is not None and gen.ok else {})
             error = load.error or spilled or (gen.error if gen is not None else None)
             result.charts.append(step.chart())
             result.facts.append({
                 "kind": "quant_trial", "tag": tag, "level": level, "answered": answered, "weights": weights,
                 "error": error, **figures,
-                "bits": bits, "peak": step.peak, "num_ctx": num_ctx, "predicted_peak": guess,
+                "bits": bits, "peak": step.peak, "num_ctx": num_ctx, "predicted_peak": guess, "task": task_name,
                 "agreement": signal["agreement"] if signal else None, "kl": signal["kl"] if signal else None, **step.reading(),
             })
             result.rows.append({"tag": tag, "level": level, "bits": bits, "after load": weights, "peak": step.peak,

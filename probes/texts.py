@@ -20,8 +20,14 @@ def stability_task() -> str:
     return text("stability_task.md")
 
 
-def coherence_task() -> str:
-    return text("coherence_task.txt")
+#: the coherence tasks, by name: ``first`` for every quant trial, ``recheck``
+#: (other words, other numbers, another command) when the rules re-check a
+#: level whose verdict contradicts a lower level's
+COHERENCE_TASKS = {"first": "coherence_task.txt", "recheck": "coherence_recheck.txt"}
+
+
+def coherence_task(name: str = "first") -> str:
+    return text(COHERENCE_TASKS[name])
 
 
 def fill_prompt(units: int, nonce: str) -> str:

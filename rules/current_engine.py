@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from common.catalog import pair, t
 from rules import steps
+from rules.moves import record_finding  # noqa: F401  (rules/versions.py takes it from here)
 from rules.interpreting import CTX_DONE
 from rules.readings import AT_CONTEXT, LOAD, TIER
 from rules.rulebook import TREE, Reading, deciding_rule, fact, format_size, register_readings, state
@@ -73,13 +74,6 @@ READINGS = (
 
 def _gib(n: int) -> str:
     return f"{n / (1 << 30):.0f} GiB" if n >= (1 << 30) else format_size(n)
-
-
-def record_finding(st: dict, key: str, en: str, zh: str) -> None:
-    """Record a finding once, and let the tree decide this round as if nothing happened."""
-    st["findings"] = list(st.get("findings") or []) + [{"key": key, "en": en, "zh": zh}]
-    st["found_" + key] = True
-    st["again"] = True
 
 
 def _words(rule: str, part: str | None = None, **fields) -> tuple[str, str]:

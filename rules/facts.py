@@ -203,6 +203,10 @@ class QuantTrial(_Measurement):
     numbers_invented: int = ABSENT
     code_spans: int = ABSENT
     code_spans_kept: int = ABSENT
+    # how many answers the figures read (probes/coherence.py PATHS: the same task
+    # answered new and cached; a loss counts where every answer shows it)
+    answers: int = ABSENT
+    task: Literal["first", "recheck"] = ABSENT  # which coherence task (probes/texts.py COHERENCE_TASKS)
     bits: Num | None = ABSENT
     peak: int | None = ABSENT
     num_ctx: int | None = ABSENT

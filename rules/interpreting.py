@@ -4,13 +4,15 @@ Once a probe has finished (its ``probe_done`` read), exactly one of these
 deciding rules turns its readings into a diagnosis and hands over to planning
 (``moves.to_plan``): the baseline (120-123), the context tiers (130-139), the
 quant ladder (140), the backend trials (150-154), a change's stability retest
-(160-162) and a confirming retest (165-166). Sentences:
+(160-162) a confirming retest (165-166) and the
+alternative's retest (167). Sentences:
 common/messages/rules/sentences.yaml, under ``rule.<name>``.
 """
 from __future__ import annotations
 
-from rules import moves
+from rules import moves, steps
 from rules.rulebook import TREE, deciding_rule, state
+from rules.state import contradicting_level
 
 
 def finished_in(stage: str):
@@ -85,6 +87,7 @@ with TREE:
     @deciding_rule(132, CTX_DONE & (state.tier_mem_fail == True) & (state.short_of_want == True))  # noqa: E712
     def long_tier_fails_means_kv_cache(st):
         moves.diagnose(st, "kv_cache")
+        moves.keep_kv_fit(st)
         moves.refer_to_wanted_context(st)
         moves.to_plan(st)
 
@@ -125,9 +128,22 @@ with TREE:
 
     # --- quant trials, backend trials and retests ----------------------------------------
 
-    @deciding_rule(140, finished_in("quant"))
+    @deciding_rule(140, finished_in("quant") & (state.quant_contradiction == True))  # noqa: E712
+    def recheck_contradicting_level(st):
+        # more bits judged incoherent where fewer bits were not: one answer decided it,
+        # so that level answers a second task once before it is given up
+        level = contradicting_level(st)
+        st["quant_recheck"] = level["tag"]
+        st["quant_recheck_was"] = {"tag": level["tag"], "level": level["level"],
+                                   "lower": min(st["quant_options"], key=lambda o: o.get("bits") or 0)["level"]}
+        st["quant_rechecked"].append(level["tag"])
+        return steps.probe(st, "quant", recheck=level["tag"])
+
+    @deciding_rule(141, finished_in("quant"))
     def quant_ladder_read(st):
         st["quant_probed_tag"] = st["tag"]
+        if st["quant_recheck"]:
+            moves.say_recheck(st)
         moves.to_plan(st)
 
 
@@ -185,4 +201,11 @@ with TREE:
     def confirm_failed(st):
         st["config_verified"] = False
         st["confirm_failed"] = True
+        moves.to_plan(st)
+
+    @deciding_rule(167, finished_in("alternative"))
+    def alternative_retested(st):
+        # the other answer is shown beside the chosen one, verified or with why not;
+        # the chosen config's own retest stands as it was
+        moves.end_alternative(st, st["alt_kind"], dict(st["alt_config"]))
         moves.to_plan(st)

@@ -7,6 +7,7 @@ functions carry it out on the state and never decide a branch themselves.
 """
 from __future__ import annotations
 
+from common.catalog import pair
 from rules import thresholds
 from rules.configs import baseline_config, best_tier_config, config_key, utilization
 
@@ -58,6 +59,15 @@ def refer_to_wanted_context(st: dict) -> None:
     reference["gpu_memory_utilization"] = None
     st["reference"] = reference
     st["against_reference"] = True
+
+
+def keep_kv_fit(st: dict) -> None:
+    """The KV cache overflowed the wanted context: keep the first tag's largest
+    fitting context, the other answer to show if a lower-bit tag keeps the
+    wanted context instead."""
+    if not st["kv_fit"] and st["tier_best_ctx"]:
+        st["kv_fit"] = {"model": st["tag"], "level": st["config"].get("quant_type") or "",
+                        "ctx": st["tier_best_ctx"], "peak": st["tier_best_peak"]}
 
 
 def adopt_largest_fit(st: dict) -> None:
@@ -164,3 +174,70 @@ def usable_rungs(st: dict) -> list:
 def keep_backend_fit(st: dict) -> None:
     st["backend_fit"] = dict(st["knob_reading"])
     st["has_backend_fit"] = True
+
+
+# --- the other answer, measured beside the chosen one ------------------------------------
+
+def alternative_of(st: dict, route: str) -> dict | None:
+    """The alternative config ``route`` names, one knob away from the chosen
+    config (the tag and its level count as one, the context as the other):
+    ``quant`` the first usable lower-bit tag at the wanted context, ``context``
+    the first tag at its largest fitting context. None: no such config."""
+    cfg = dict(st["config"])
+    if route == "quant":
+        option = next((o for o in st["quant_options"] if o["tag"] not in st["quant_tried"]), None)
+        if option is None:
+            return None
+        cfg.update(model=option["tag"], quant_type=option["level"], max_context_len=st["want_ctx"],
+                   gpu_memory_utilization=utilization(st, option["peak"]))
+    else:
+        fit = st["kv_fit"]
+        cfg.update(model=fit["model"], quant_type=fit["level"] or None, max_context_len=fit["ctx"],
+                   gpu_memory_utilization=utilization(st, fit["peak"]))
+    return cfg
+
+
+def start_alternative(st: dict, route: str, cfg: dict) -> None:
+    """Retest ``cfg`` beside the chosen config; the chosen one's retest record
+    is kept aside so the alternative's never counts for it."""
+    st["alt_phase"] = "retest"
+    st["alt_kind"] = route
+    st["alt_config"] = cfg
+    st["alt_saved"] = {k: st[k] for k in ("retest", "retest_measured", "retest_why", "last_retest",
+                                           "retest_failed_why", "retest_peak")}
+    st["last_retest"] = {}  # another config, not a change: nothing to regress against
+
+
+def end_alternative(st: dict, route: str, cfg: dict | None, why: str = "", why_zh: str = "") -> None:
+    """Record the alternative (retested, or why there is none, in both
+    languages) and put the chosen config's retest record back."""
+    entry = {"kind": route, "config": cfg, "verified": False, "peak": None, "why": why, "why_zh": why_zh}
+    if cfg is not None and st["alt_phase"] == "retest":
+        entry["verified"] = st["retest"] == "pass" and st["retest_measured"]
+        entry["peak"] = st["retest_peak"] or None
+        if not entry["verified"]:
+            entry["why"] = st["retest_failed_why"] or st["unmeasured_why"] or "its stability retest did not pass"
+        st.update(st["alt_saved"])
+    st["alternatives"].append(entry)
+    st["alt_phase"] = "done"
+    st["alt_config"] = {}
+    st["alt_saved"] = {}
+
+
+def say_recheck(st: dict) -> None:
+    """A contradicting level was re-checked on a second task: say what came of
+    it, as a finding the user sees (passed: one answer had decided it; failed
+    again: it stays out, and the contradiction is said, not hidden)."""
+    was = st["quant_recheck_was"]
+    passed = any(o["tag"] == was["tag"] for o in st["quant_options"])
+    part = "passed" if passed else "failed_again"
+    en, zh = pair(f"finding.recheck_contradicting_level.{part}", level=was["level"], lower=was["lower"])
+    record_finding(st, "recheck_contradicting_level", en, zh)
+    st["quant_recheck"] = ""
+
+
+def record_finding(st: dict, key: str, en: str, zh: str) -> None:
+    """Record a finding once, and let the tree decide this round as if nothing happened."""
+    st["findings"] = list(st.get("findings") or []) + [{"key": key, "en": en, "zh": zh}]
+    st["found_" + key] = True
+    st["again"] = True

@@ -4,11 +4,14 @@ With the session in stage ``plan`` (a probe interpreted, a problem open or
 none), exactly one of these deciding rules issues the next step. Their
 priorities are the method's order of remedies: the context (170-171), then
 lower-bit quantization (173-177), then the backend under concurrency
-(178-182), then the reports (183-185) and the finish (187-191). Sentences:
+(178-182), then the reports (183-185), the wished concurrency and a last retest
+(186-189), the other answer measured beside the chosen one (190-191) and the
+finish (193-194). Sentences:
 common/messages/rules/sentences.yaml, under ``rule.<name>``.
 """
 from __future__ import annotations
 
+from common.catalog import pair
 from rules import configs, moves, steps
 from rules.rulebook import TREE, deciding_rule, state, waiting_rule
 
@@ -138,13 +141,33 @@ with TREE:
     def confirm_final_config(st):
         return steps.probe(st, "stability")
 
-    @deciding_rule(190, NONE & (state.has_config == True))  # noqa: E712
+    # --- the other answer to a KV cache overflow, measured beside the chosen one --------
+
+    @deciding_rule(190, NONE & (state.alt_route == "quant") & (state.quant_probed == False))  # noqa: E712
+    def look_for_alternative_quant(st):
+        # the context was shortened: what a lower-bit tag does at the wanted one
+        st["alt_phase"] = "quant"
+        return steps.probe(st, "quant", num_ctx=st["want_ctx"])
+
+    @deciding_rule(191, NONE & ((state.alt_route != "none") | (state.alt_phase == "quant")))
+    def retest_alternative(st):
+        route = "quant" if st["alt_phase"] == "quant" or st["alt_route"] == "quant" else "context"
+        cfg = moves.alternative_of(st, route)
+        if cfg is None:
+            moves.end_alternative(st, route, None, *pair("finding.retest_alternative.none_usable",
+                                                         want=st["want_ctx"]))
+            st["again"] = True
+            return None
+        moves.start_alternative(st, route, cfg)
+        return steps.probe(st, "stability", config=cfg)
+
+    @deciding_rule(193, NONE & (state.has_config == True))  # noqa: E712
     def finish_with_config(st):
         advice = st["advice"] or ("concurrency_reduced" if st["concurrency_short"] else "") \
             or ("no_oom" if st["cause"] == "none" else "")
         return steps.done(st, True, advice)
 
-    @deciding_rule(191, PLAN)
+    @deciding_rule(194, PLAN)
     def nothing_fits(st):
         return steps.done(st, False, "probe_failed")
 

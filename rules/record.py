@@ -226,10 +226,13 @@ def released(f: dict) -> bool | None:
 
 def read_quant(st: dict, f: dict, verdict: str) -> None:
     """verdict: usable, or why the level is rejected."""
+    bits = f.get("bits") or 0
     if verdict == "usable" and f["tag"] != st["tag"] and f["tag"] not in st["quant_tried"]:
-        st["quant_options"].append({"tag": f["tag"], "level": f["level"], "peak": f["peak"]})
+        st["quant_options"].append({"tag": f["tag"], "level": f["level"], "peak": f["peak"], "bits": bits})
+        # the best quality first, whatever order the trials were read in (a re-checked level comes last)
+        st["quant_options"].sort(key=lambda o: -(o.get("bits") or 0))
     else:
-        st["quant_rejected"].append({"tag": f["tag"], "level": f["level"], "why": verdict})
+        st["quant_rejected"].append({"tag": f["tag"], "level": f["level"], "why": verdict, "bits": bits})
 
 
 def read_knob(st: dict, f: dict, verdict: str) -> None:
@@ -254,6 +257,7 @@ def read_retest(st: dict, f: dict, verdict: str) -> None:
     elif verdict == "pass":
         st["retest_failed_why"] = ""
     st["retest_measured"] = f["measured"] and f.get("peak") is not None
+    st["retest_peak"] = f.get("peak") or 0
     st["last_retest"] = {k: f.get(k) for k in ("answered", "eval_count", "prompt_tokens", "task_tokens",
                                                 "repeat_share", "errors")}
     if st["retest"] in ("none", "pass"):

@@ -83,6 +83,9 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "quant_options": [],
         "quant_rejected": [],
         "quant_probed_tag": "",
+        "quant_ctx": 0,             # the context the quant trials ran at
+        "quant_recheck": "",        # the level being re-checked on a second task ("" none)
+        "quant_rechecked": [],      # levels re-checked once already (never twice)
         "knob_phase": "none",
         "knob": "none",
         "knob_reading": {},
@@ -120,6 +123,15 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "backend_refused": False,
         "recheck_context": False,
         "concurrency_checked": False,
+        # the other answer to a KV cache overflow, measured beside the chosen one (method step 7):
+        # the first tag's largest fitting context, kept when the overflow is found
+        "kv_fit": {},
+        "alt_phase": "none",        # none / quant / retest / done
+        "alt_kind": "none",         # which: quant / context
+        "alt_config": {},           # the alternative being retested
+        "alt_saved": {},            # the chosen config's retest record, put back after the alternative's
+        "alternatives": [],         # each: kind, config, verified, peak, why
+        "retest_peak": 0,           # the latest retest's peak (0: not measured)
         # the record
         "trail": [],
         "why": [],
@@ -145,6 +157,7 @@ def recompute_flags(st: dict) -> None:
                              or st["tag"] in st["context_failed_tags"])
     st["quant_probed"] = bool(st["quant_probed_tag"]) and st["quant_probed_tag"] == st["tag"]
     st["quant_left"] = any(o["tag"] not in st["quant_tried"] for o in st["quant_options"])
+    st["quant_contradiction"] = bool(contradicting_level(st))
     st["wants_concurrency"] = (st["want_parallel"] > 1 and st["has_config"]
                                and cfg.get("max_concurrency", 1) < st["want_parallel"])
     st["concurrency_short"] = (st["want_parallel"] > 1 and st["has_config"]
@@ -168,7 +181,37 @@ def recompute_flags(st: dict) -> None:
     st["default_cuts_long_input"] = (st["phase"] in ("long_input", "unknown") and default_ctx > 0
                                      and st["want_ctx"] > default_ctx)
     st["step_limit_reached"] = st["n"] >= st["max_steps"]
+    st["alt_route"] = _alternative_route(st)
     _drop_none(st)
+
+
+def contradicting_level(st: dict) -> dict | None:
+    """A level judged incoherent while a level with fewer bits was usable: a
+    contradiction (fewer bits do not keep what more bits lost), so one answer
+    decided it; it is re-checked once on a second task. None: no such level."""
+    usable = [o.get("bits") or 0 for o in st["quant_options"]]
+    if not usable:
+        return None
+    return next((r for r in st["quant_rejected"] if r["why"] == "incoherent" and (r.get("bits") or 0) > min(usable)
+                 and r["tag"] not in st["quant_rechecked"]), None)
+
+
+def _alternative_route(st: dict) -> str:
+    """Which other answer to a KV cache overflow is left to measure beside the
+    verified config: ``quant`` (a lower-bit tag at the wanted context, when the
+    context was shortened), ``context`` (the first tag at its largest fitting
+    context, when a lower-bit tag kept the wanted one), or ``none``."""
+    cfg = st["config"]
+    if (st["alt_phase"] != "none" or st["cause"] != "kv_cache" or not st["want_ctx"]
+            or not st["has_config"] or not st["config_verified"]):
+        return "none"
+    if (cfg.get("max_context_len") or 0) < st["want_ctx"]:
+        return "none" if st["quant_refused"] else "quant"
+    fit = st["kv_fit"]
+    # a tag whose shorter context already failed its retest has no other answer to give
+    if fit.get("ctx") and fit.get("model") != cfg.get("model") and fit["model"] not in st["context_failed_tags"]:
+        return "context"
+    return "none"
 
 
 def _limit(st: dict) -> int:

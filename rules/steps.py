@@ -38,7 +38,12 @@ def probe(st: dict, name: str, **extra: Any) -> dict:
     elif name == "context":
         args = {"model": st["tag"], "want_ctx": st["want_ctx"] or None, "num_parallel": 1}
     elif name == "quant":
-        args = {"model": st["tag"], "num_ctx": current_ctx(st)}
+        if extra.get("recheck"):  # one level again, at the same context, on the second coherence task
+            args = {"model": st["tag"], "num_ctx": st["quant_ctx"], "candidates": [extra["recheck"]],
+                    "task": "recheck"}
+        else:
+            args = {"model": st["tag"], "num_ctx": extra.get("num_ctx") or current_ctx(st)}
+            st["quant_ctx"] = args["num_ctx"]
     elif name == "backend":
         base = extra["base"]
         args = {"model": base["model"], "num_ctx": base["max_context_len"],
@@ -48,7 +53,7 @@ def probe(st: dict, name: str, **extra: Any) -> dict:
         st["knob_phase"] = extra["phase"]
         st["knob_try"] = [extra["key"], extra["value"]]
     elif name == "stability":
-        args = {"config": full_config(st["config"])}
+        args = {"config": full_config(extra.get("config") or st["config"])}
     else:  # pragma: no cover - the rules name only the six probes
         raise ValueError(f"no probe {name!r}")
     return {"action": "probe", "probe": name, "args": args}
@@ -99,8 +104,22 @@ def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:
             "fits": (bool(fits) or bool(verified)) and bool(cfg),
             "advice": advice or None, "unverified": unverified,
             "unmet": unmet_wishes(st, cfg),
+            # the other answers measured beside this one, and what chose between them
+            "alternatives": [dict(a, config=full_config(a.get("config")), unmet=unmet_wishes(st, a.get("config")))
+                             for a in st["alternatives"]],
+            "chosen_by": _chosen_by(st) if st["alternatives"] else None,
+            "want_ctx": st["want_ctx"] or None,
             # what the user's own setup did when it was run first (None: it was not run)
             "reproduced": None if st["repro"] == "unrun" else {"verdict": st["repro"], **st["repro_at"]}}
+
+
+def _chosen_by(st: dict) -> str:
+    """What chose the config over its alternatives: the user kept the context
+    (a lower bit instead), let it shrink, or said nothing (the method's order:
+    the context first)."""
+    if st["keep_context"] == "yes" or st["context_refused"]:
+        return "keep_context"
+    return "context_may_shrink" if st["keep_context"] == "no" else "method_order"
 
 
 def issue(st: dict, rule: str, step: dict, reason: str, reason_zh: str) -> None:
@@ -136,6 +155,8 @@ def issue(st: dict, rule: str, step: dict, reason: str, reason_zh: str) -> None:
 def _await(st: dict, name: str) -> None:
     if name != "stability":
         st["stage"] = PROBE_STAGE[name]
+    elif st["alt_phase"] == "retest":
+        st["stage"] = "alternative"  # the other answer's retest: it never counts for the chosen config
     elif st["stage"] != "retest":
         st["stage"] = "confirm"
     st["awaiting"] = name
@@ -149,6 +170,10 @@ def _await(st: dict, name: str) -> None:
         st.update(tiers=[], tier_best_ctx=0, tier_best_peak=0, tier_fit_count=0, tiers_seen=0,
                   tier_mem_fail=False, tier_fail_ctx=0, first_tier_failed=False, tier_crash=False,
                   tier_crash_error="", tier_truncated=False, tier_not_back=False, recheck_context=False)
+    elif name == "quant" and st["quant_recheck"]:
+        # a re-check reads one level again: the other levels' readings stand
+        st["quant_rejected"] = [r for r in st["quant_rejected"] if r["tag"] != st["quant_recheck"]]
+        st["quant_probed_tag"] = ""
     elif name == "quant":
         st.update(quant_options=[], quant_rejected=[], quant_probed_tag="")
     elif name == "backend":
@@ -159,3 +184,5 @@ def _await(st: dict, name: str) -> None:
         st["retest_why"] = []
         if st["stage"] == "confirm":
             st["candidate_key"] = config_key(st["config"])
+        elif st["stage"] == "alternative":
+            st["candidate_key"] = config_key(st["alt_config"])

@@ -141,3 +141,25 @@ def test_sizes_in_probe_tables_are_always_formatted_even_small_ones():
     assert _cell(475136, "peak") == "464.00 KiB"     # a raw 475136 once reached the chat
     assert _cell(4096, "num_ctx") == "4096"          # counts stay counts
     assert _cell(None, "peak") == "—"                # unmeasured is shown as such, never 0
+
+
+def test_two_answers_on_two_paths_lose_a_number_only_where_both_lose_it():
+    # the legacy runner's near-tie: the first answer (new prompt) wanders off,
+    # the second (the same prompt, cached) keeps everything (probes/coherence.py PATHS)
+    reference = "Stop the worker with `systemctl stop worker@3`, wait 15 seconds and check port 8080."
+    wandered = "To Restart: 1. **Stop the worker** - a common method on Linux."
+    kept = "Stop the worker with `systemctl stop worker@3`, wait 15 seconds, then check port 8080."
+    one = coherence.measure(wandered, coherence_task(), reference, "length")
+    assert one["numbers_lost"] == 3 and "quant_lost_numbers" in failed_checks(one)
+    both = coherence.measure([wandered, kept], coherence_task(), [reference, reference], "length")
+    assert (both["numbers_lost"], both["code_spans_kept"], both["answers"]) == (0, 1, 2)
+    assert "quant_lost_numbers" not in failed_checks(both)
+    # damage from fewer bits shows on every path: both answers lose it, so it counts
+    assert coherence.measure([wandered, wandered], coherence_task(), reference, "stop")["numbers_lost"] == 3
+
+
+def test_a_loop_or_garbage_in_either_answer_counts():
+    loop = "check the port check the port check the port check the port check the port check the port " * 2
+    figures = coherence.measure([GOOD, loop], coherence_task(), None, "stop")
+    assert "quant_repeats_itself" in failed_checks(figures)
+    assert coherence.measure([GOOD, ""], coherence_task(), None, "stop")["answer_chars"] == 0

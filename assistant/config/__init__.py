@@ -22,6 +22,7 @@ import numbers
 from typing import Any, Mapping
 
 from assistant import __version__
+from assistant.report.alternatives import alternatives_doc
 from assistant.config.knobs import (
     KV_CACHE_TYPES, OLLAMA_ENV_VARS, OLLAMA_OPTIONS, VOCAB, env_is_on, env_text, gpu_overhead_bytes,
     ollama_of, ollama_section,
@@ -58,6 +59,8 @@ def build_config(result: Mapping[str, Any]) -> dict:
     doc["unverified"] = None if doc["verified"] else (result.get("unverified") or "no stability retest passed")
     doc["fits"] = fits
     doc["unmet"] = list(result.get("unmet") or [])
+    if result.get("alternatives"):
+        doc["alternatives"] = _plain(alternatives_doc(result["alternatives"], result.get("want_ctx")))
     doc["ollama"] = (ollama_section(values, result.get("server_env"), total)
                      if config and values.get("model") else None)
     diagnosis = _plain(result.get("diagnosis") or {})

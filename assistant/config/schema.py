@@ -120,6 +120,7 @@ class Diagnosis(_Closed):
     reproduction: _Text = None  # what the user's own setup did when it was run first, in words
     reproduced: Any = None      # the same, as figures: verdict, num_ctx, num_parallel, requests, peak, error
     findings: Any = None        # what the user must see beside the cause, in words (a list)
+    choice: _Text = None        # what chose the config over the alternatives, in words
 
 
 class Step(TypedDict):
@@ -161,6 +162,8 @@ class OomvetConfig(_Closed):
     gpu_memory_utilization: Optional[Annotated[float, Field(gt=0, le=1),
                                                _says("config.util_type", "config.util_range")]] = None
     ollama: Optional[Ollama] = None
+    # the other answers measured beside the config (report/alternatives.py alternatives_doc)
+    alternatives: Any = None
     diagnosis: Optional[Diagnosis] = None
     steps: Optional[list[Annotated[Step, _says("config.step_bad", found=_step_found)]]] = None
     evidence: Optional[Evidence] = None

@@ -40,6 +40,7 @@ def dump_config(doc: Mapping[str, Any], lang: str | None = None) -> str:
     sections = (
         ("config.section_values", [k for k in VOCAB + ("verified", "unverified", "fits", "unmet") if k in doc]),
         ("config.section_ollama", ["ollama"]),
+        ("config.section_alternatives", ["alternatives"]),
         ("config.section_diagnosis", ["diagnosis"]),
         ("config.section_steps", ["steps"]),
         ("config.section_evidence", ["evidence"]),

@@ -22,6 +22,7 @@ from assistant.config import VOCAB
 from common.catalog import t
 from assistant.files.outputs import modelfile_text, server_env
 from assistant.report.chart import LIMIT_OFF_CHART_RATIO, chart_png, chart_top
+from assistant.report.alternatives import alternative_line
 from assistant.report.ledger import ledger_rows, others_note
 from assistant.report.format import Chart, Code, Heading, Items, Para, Quote, Table, render_html, render_markdown
 from probes.units import fmt_size
@@ -116,6 +117,13 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
         blocks.append(Para(t("report.final_files", lang)))
     else:
         blocks.append(Para(t("report.no_config", lang)))
+
+    alternatives = result.get("alternatives") or []
+    if alternatives:
+        blocks.append(Heading(t("report.alternatives", lang)))
+        if diagnosis.get("choice"):
+            blocks.append(Para(str(diagnosis["choice"])))
+        blocks.append(Items(tuple(alternative_line(a, result.get("want_ctx"), lang) for a in alternatives)))
 
     steps = doc.get("steps") or result.get("steps") or []
     blocks.append(Heading(t("report.steps", lang)))

@@ -178,7 +178,8 @@ class Session:
                                        num_parallel=args.get("num_parallel", 1),
                                        fit_limit_bytes=None if env.limit_bytes is None else fit_limit(env.limit_bytes))
         if name == "quant":
-            return lambda: quant.run(env, model, num_ctx=args.get("num_ctx", 2048))
+            return lambda: quant.run(env, model, num_ctx=args.get("num_ctx", 2048), candidates=args.get("candidates"),
+                                     task_name=args.get("task", "first"))
         if name == "backend":
             return lambda: backend.run(env, model, args["knob"], args["value"], num_ctx=args.get("num_ctx", 2048),
                                        old=args.get("old"), num_batch=args.get("num_batch", 512),
@@ -250,6 +251,12 @@ class Session:
             if cause is None and reproduced["verdict"] == "none" and step.get("config"):
                 diagnosis["summary"] = t("ui.cause.not_reproduced", self.lang)
         config = step.get("config")
+        alternatives = [dict(a) for a in step.get("alternatives") or []]
+        if alternatives and config:
+            # what chose the config over the other answer, said as the rule did
+            diagnosis["choice"] = t(f"ui.choice.{step.get('chosen_by') or 'method_order'}", self.lang,
+                                    want=step.get("want_ctx") or "?", ctx=config.get("max_context_len"),
+                                    quant=config.get("quant_type") or "?")
         verified = bool(step.get("verified"))
         fits = bool(step.get("fits", config is not None))
         if step.get("advice"):
@@ -269,6 +276,9 @@ class Session:
             "unverified": None if verified else step.get("unverified"),
             "fits": fits,
             "unmet": list(step.get("unmet") or []),
+            # the other answers measured beside the config: each with its config, verified, peak, unmet, why
+            "alternatives": alternatives,
+            "want_ctx": step.get("want_ctx"),
             "diagnosis": diagnosis,
             "server_env": _server_env(config, in_effect(self.world.env.control.env(), engine),
                                       known_keys(self.world.env.control), fa_auto=engine == "llama-server"),

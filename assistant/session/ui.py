@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.text import Text
 
+from assistant.report.alternatives import alternative_line
 from assistant.session import render
 from assistant.session.answers import Share, parse_answer, parse_yes_no
 from assistant.intake import Intake, without_budget
@@ -112,6 +113,10 @@ def show_done(console: Console, result: dict) -> None:
                         quant=config.get("quant_type"), kv=config.get("kv_cache"),
                         verified=t("ui.verified") if result.get("verified") else t("ui.not_verified")),
                       highlight=False, markup=False)
+        if diagnosis.get("choice"):
+            console.print(Text(diagnosis["choice"]))
+        for alt in result.get("alternatives") or []:
+            console.print(Text(alternative_line(alt, result.get("want_ctx"))))
     elif diagnosis.get("advice_key") == "broken_off":  # stopped before a config was measured: no verdict
         console.print(t("ui.nothing_yet"))
     else:
