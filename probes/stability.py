@@ -20,7 +20,7 @@ from probes.base import ProbeEnv, known_keys, measured_server_env, restoring, se
 from probes.evidence import failure_fields, log_window
 from probes.result import ProbeResult, timed
 from probes.step import measure_checked, sampled
-from probes.texts import stability_task
+from probes.texts import filled, stability_task
 
 NUM_PREDICT = 128
 SEED = 42
@@ -37,9 +37,12 @@ def options_for(config: dict, num_predict: int = NUM_PREDICT) -> dict:
 
 @timed
 def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
-        prompt_tokens: int | None = None) -> ProbeResult:
+        prompt_tokens: int | None = None, fill: float | None = None, repeats: int = 1) -> ProbeResult:
     """Run the fixed task on ``config`` (the method's vocabulary: model,
-    max_context_len, max_batch_size, max_concurrency, ...)."""
+    max_context_len, max_batch_size, max_concurrency, ...), as the user's load:
+    ``fill`` (long input) puts records before the task until the prompt fills
+    that share of the context; ``repeats`` (memory that creeps) sends it that
+    many times in a row; the config's concurrency sends that many at once."""
     deadline = time.monotonic() + env.timeout_s
     model = config["model"]
     task = stability_task()
@@ -70,7 +73,9 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
                                  "measured": False, "unmeasured": result.error,
                                  "unconfirmed": unconfirmed})
             return result
-        if prompt_tokens is None:
+        if fill and options.get("num_ctx"):
+            task, prompt_tokens = _fill(env, model, task, options["num_ctx"], fill)
+        elif prompt_tokens is None:
             # the task's own token count, measured with room to spare, so a cut prompt is visible
             probe_gen = env.api.generate(model, f"[{uuid.uuid4().hex[:6]}]\n" + task,
                                          {"num_ctx": 8192, "num_predict": 1, "temperature": 0})
@@ -82,8 +87,10 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         def once():
             window = log_window(env)
             with sampled(env, f"stability {model} num_ctx={options.get('num_ctx')} x{parallel}") as step:
-                step.mark("request")
-                gens = _run_parallel(env, model, task, options, parallel)
+                gens = []
+                for i in range(max(1, repeats)):
+                    step.mark("request" if i == 0 else f"request {i + 1}")
+                    gens += _run_parallel(env, model, task, options, parallel)
                 step.mark("done")
                 loaded = env.api.loaded(model)
             return step, {"gens": gens, "loaded": loaded, "window": window}
@@ -104,7 +111,10 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         fact = {"kind": "stability", "config": dict(config), "eval_count": main.eval_count,
                 "done_reason": main.done_reason, "answered": answered,
                 "prompt_tokens": main.prompt_eval_count, "task_tokens": prompt_tokens,
-                "repeat_share": round(coherence.repeat_share(main.text), 4) if main.ok else None,
+                "fill": fill, "repeats": max(1, repeats), "num_ctx": options.get("num_ctx"),
+                "at_once": parallel, "requests": len(gens),
+                # the model's own loops: quoting the document it was given is not one
+                "repeat_share": round(coherence.repeat_share(main.text, exclude=task), 4) if main.ok else None,
                 "errors": errors, "peak": step.peak, **step.reading(),
                 **failure_fields(next((g for g in gens if not g.ok), None), got["window"], "request")}
         result.ok = answered and step.measured
@@ -116,6 +126,27 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
                             "prompt tokens": main.prompt_eval_count, "of": prompt_tokens,
                             "seconds": main.duration_s, "peak": step.peak, "errors": len(errors)})
     return result
+
+
+def _fill(env: ProbeEnv, model: str, task: str, num_ctx: int, fill: float) -> tuple[str, int | None]:
+    """``task`` after copies of one paragraph that bring the prompt to
+    ``fill`` of ``num_ctx``, and the prompt's token count. Every copy costs
+    the same tokens, so two short requests at ``num_ctx`` (one copy, three
+    copies) give the count exactly without sending the long prompt twice
+    (None when the server gave no count). The model is unloaded after, so the
+    retest's own load is sampled from the start."""
+    nonce = "retest"  # the same prompt for the same config, every time: the retest is deterministic
+    counts = []
+    for units in (1, 3):
+        gen = env.api.generate(model, filled(units, nonce, task, numbered=False),
+                               {"num_ctx": num_ctx, "num_predict": 1, "temperature": 0})
+        counts.append(gen.prompt_eval_count if gen.ok else None)
+    env.unload(model)
+    if None in counts or counts[1] <= counts[0]:
+        return filled(1, nonce, task, numbered=False), counts[0]
+    per_unit = (counts[1] - counts[0]) // 2
+    units = max(1, (int(num_ctx * fill) - counts[0]) // per_unit + 1)
+    return filled(units, nonce, task, numbered=False), counts[0] + (units - 1) * per_unit
 
 
 def _run_parallel(env: ProbeEnv, model: str, task: str, options: dict, n: int):

@@ -33,9 +33,17 @@ def coherence_task(name: str = "first") -> str:
 def fill_prompt(units: int, nonce: str) -> str:
     """``units`` numbered copies of the context paragraph, then a question.
     ``nonce`` goes first so no two prompts share a cached prefix."""
+    return filled(units, nonce, "Which remark appears in the records? Answer in one sentence.")
+
+
+def filled(units: int, nonce: str, task: str, numbered: bool = True) -> str:
+    """``task`` after ``units`` copies of the context paragraph (a long
+    document before the question, as a long-input user sends), numbered as
+    records or (``numbered=False``) all alike, so that each costs exactly the
+    same tokens and the whole prompt's count follows from two short ones."""
     unit = text("context_unit.txt").strip()
-    body = "\n\n".join(f"Record {i + 1}. {unit}" for i in range(units))
-    return f"Session {nonce}.\n\n{body}\n\nWhich remark appears in the records? Answer in one sentence."
+    body = "\n\n".join(f"Record {i + 1}. {unit}" if numbered else unit for i in range(units))
+    return f"Session {nonce}.\n\n{body}\n\n{task}"
 
 
 @dataclass(frozen=True)

@@ -242,6 +242,11 @@ class Stability(_Measurement):
     answered: bool
     prompt_tokens: int | None = ABSENT  # what the server evaluated of the task
     task_tokens: int | None = ABSENT  # the task's own count, measured with room
+    fill: Num | None = ABSENT  # the share of num_ctx the prompt was made to fill (long input)
+    repeats: int = ABSENT  # requests sent one after another (memory that creeps)
+    num_ctx: int | None = ABSENT  # the context the retest loaded
+    at_once: int = ABSENT  # requests sent at the same time (the config's concurrency)
+    requests: int = ABSENT  # requests sent in all
     repeat_share: Num | None = ABSENT  # share of the output's word 4-grams that repeat
     errors: list
     peak: int | None = ABSENT

@@ -53,7 +53,7 @@ def probe(st: dict, name: str, **extra: Any) -> dict:
         st["knob_phase"] = extra["phase"]
         st["knob_try"] = [extra["key"], extra["value"]]
     elif name == "stability":
-        args = {"config": full_config(extra.get("config") or st["config"])}
+        args = {"config": full_config(extra.get("config") or st["config"]), **retest_load(st)}
     else:  # pragma: no cover - the rules name only the six probes
         raise ValueError(f"no probe {name!r}")
     return {"action": "probe", "probe": name, "args": args}
@@ -76,7 +76,18 @@ def change(st: dict, key: str, to: Any, peak: int | None, remedy: str, tag: str 
     st["candidate_key"] = config_key(candidate)
     st["change"] = {"key": key, "remedy": remedy, "from": base.get(key), "to": to}
     return {"action": "change", "knob": key, "from": base.get(key), "to": to,
-            "config": full_config(candidate), "remedy": remedy, "base": full_config(base)}
+            "config": full_config(candidate), "remedy": remedy, "base": full_config(base), "retest": retest_load(st)}
+
+
+def retest_load(st: dict) -> dict:
+    """The load the stability retest puts on a config, as the symptom names
+    it: a long-input complaint fills the context, memory that creeps gets
+    repeated requests; concurrency is the config's own (its slots, all busy)."""
+    if st["phase"] == "long_input":
+        return {"fill": thresholds.RETEST_FILL}
+    if st["phase"] == "creeping":
+        return {"repeats": thresholds.RETEST_REPEATS}
+    return {}
 
 
 def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:

@@ -59,6 +59,14 @@ REGRESSION_REPEAT_RISE = 0.15
 #: fails outright (stricter than a quant trial's limit: the verified config's
 #: own answer to the longer stability task).
 RETEST_MAX_REPEAT_SHARE = 0.30
+#: The retest is the user's load: for a long-input complaint its prompt fills
+#: this share of the config's context (records of long paragraphs, then the
+#: fixed task), as a context tier's does, so the KV cache the config promises
+#: is actually filled; the rest is room for the answer.
+RETEST_FILL = 0.85
+#: For memory that creeps, the retest sends the task this many times in a row
+#: (a leak grows per request; one request cannot show it).
+RETEST_REPEATS = 3
 
 # --- the conservative starting point (method step 2) ------------------------
 

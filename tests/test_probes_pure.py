@@ -163,3 +163,14 @@ def test_a_loop_or_garbage_in_either_answer_counts():
     figures = coherence.measure([GOOD, loop], coherence_task(), None, "stop")
     assert "quant_repeats_itself" in failed_checks(figures)
     assert coherence.measure([GOOD, ""], coherence_task(), None, "stop")["answer_chars"] == 0
+
+
+def test_quoting_the_long_input_is_not_a_loop_but_a_loop_of_new_words_is():
+    prompt = ("Appendix: the valves were checked on the night shift.\n" * 3
+              + "Summary request\nExplain why the flow fell from 455 to 412 litres per second.")
+    quoted = ("Summary request\nExplain why the flow fell from 455 to 412 litres per second.\n"
+              "Summary request\nExplain why the flow fell from 455 to 412 litres per second.\n")
+    assert coherence.repeat_share(quoted) > 0.5
+    assert coherence.repeat_share(quoted, exclude=prompt) == 0.0
+    looping = quoted + "the pump the pump the pump the pump the pump the pump the pump the pump\n"
+    assert coherence.repeat_share(looping, exclude=prompt) > 0.5

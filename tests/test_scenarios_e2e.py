@@ -36,6 +36,8 @@ STAGE_OF_KNOB = {
                      "OLLAMA_KV_CACHE_TYPE", "OLLAMA_FLASH_ATTENTION"), "backend"),
 }
 STAGE_ORDER = ("context", "quant", "backend")
+#: the scenarios whose user complains about long input (their retest fills the context)
+LONG_INPUT = ("kv_cache", "kv_cache_current", "kv_cache_keep_context")
 
 # scenario -> what docs/scenarios.md promises
 EXPECT = {
@@ -184,3 +186,15 @@ def test_diagnose_finds_the_cause_in_order_and_a_config_that_fits(name, tmp_path
         # the context change is the largest the scenario allows, give or take the search's last step
         best = largest_fitting_ctx(name, config, answers.get("budget"), int(answers["want_ctx"]))
         assert int(config["max_context_len"]) >= 0.95 * best, (config["max_context_len"], best)
+    if expect["cause"] == "kv_cache" and "context" in stages:
+        # the context was shortened: the other answer (a lower-bit tag at the wanted context) is
+        # measured and shown beside it, and the choice is said
+        [alt] = report["alternatives"]
+        assert alt["kind"] == "quant" and report["diagnosis"]["choice"], report["alternatives"]
+    # the retest is the user's load: a long-input complaint fills the context the config promises
+    retest = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())["evidence"]["stability"]
+    assert (retest["config"]["model"], retest["config"]["max_context_len"]) == (
+        config["model"], config["max_context_len"]), "the evidence is not the config's own retest"
+    if name in LONG_INPUT:
+        assert retest["prompt_tokens"] >= 0.8 * int(config["max_context_len"]), retest
+        assert retest["fill"] == thresholds.RETEST_FILL

@@ -68,6 +68,7 @@ def run(args, *, resume_log=None) -> int:
         payload = {"diagnosis": outcome.result["diagnosis"], "config": outcome.result["config"],
                    "verified": outcome.result["verified"], "unverified": outcome.result["unverified"],
                    "fits": outcome.result["fits"], "unmet": outcome.result["unmet"],
+                   "alternatives": outcome.result.get("alternatives") or [],
                    "steps": outcome.result["steps"], "out": str(options.out),
                    "files": [str(p) for p in paths]}
         sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False) + "\n")

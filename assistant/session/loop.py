@@ -24,6 +24,7 @@ from probes import backend, baseline, context, quant, reproduce, stability
 from probes.base import Cancelled, in_effect, known_keys, measured_server_env, settings_to_change
 from probes.result import ProbeResult
 from probes.units import fmt_size
+from rules.configs import config_key
 from rules.engine import Advisor
 from rules.facts import MEASUREMENTS
 from rules.thresholds import fit_limit
@@ -159,7 +160,9 @@ class Session:
             return advisor.post({"kind": "answer", "question": "refuse", "value": step.get("remedy") or step["knob"]})
         config = step["config"]
         env = self.world.env
-        result = self._run("stability", lambda: stability.run(env, config), env)
+        load = step.get("retest") or {}
+        result = self._run("stability", lambda: stability.run(env, config, fill=load.get("fill"),
+                                                               repeats=load.get("repeats", 1)), env)
         if result is None:
             return self._stopped(advisor, step, "stability")
         return self._post_result(advisor, step, "stability", result)
@@ -186,7 +189,7 @@ class Session:
                                        num_parallel=args.get("num_parallel", 1),
                                        kv_cache_type=args.get("kv_cache_type", "f16"))
         if name == "stability":
-            return lambda: stability.run(env, args["config"])
+            return lambda: stability.run(env, args["config"], fill=args.get("fill"), repeats=args.get("repeats", 1))
         raise RuntimeError(f"the rules asked for an unknown probe {name!r}")
 
     def _run(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult | None:
@@ -283,7 +286,7 @@ class Session:
             "server_env": _server_env(config, in_effect(self.world.env.control.env(), engine),
                                       known_keys(self.world.env.control), fa_auto=engine == "llama-server"),
             "steps": self.steps,
-            "evidence": self._evidence(facts),
+            "evidence": self._evidence(facts, config),
             "facts": facts,
             # the rules' reading of each fact, by its _seq: the verdicts the facts do not hold
             "readings": [{"seq": seq, **reading} for seq, reading in sorted(advisor.readings().items())],
@@ -300,7 +303,7 @@ class Session:
         self.ui.show("done", result=result)
         return Outcome(result, code)
 
-    def _evidence(self, facts: list[dict]) -> dict:
+    def _evidence(self, facts: list[dict], config: dict | None = None) -> dict:
         device = next((f for f in facts if f["kind"] == "device"), {})
         loads = [f for f in facts if f["kind"] == "load"]
         readings = {}
@@ -315,7 +318,17 @@ class Session:
                 "limit": self.world.limit.bytes, "limit_note": self.world.limit.note,
                 "readings": readings,
                 # the posted copy (with its _seq), so the report can show the rules' reading of it
-                "stability": next((f for f in reversed(facts) if f["kind"] == "stability"), self.last_stability)}
+                "stability": _own_retest(facts, config) or self.last_stability}
+
+
+def _own_retest(facts: list[dict], config: dict | None) -> dict | None:
+    """The last retest of ``config`` itself (an alternative's retest, run
+    beside it, is not its evidence); with no config, the last retest."""
+    retests = [f for f in facts if f["kind"] == "stability"]
+    if config:
+        key = config_key(config)
+        retests = [f for f in retests if config_key(f.get("config") or {}) == key] or retests
+    return retests[-1] if retests else None
 
 
 def _server_env(config: dict | None, in_effect: dict[str, str] | None,

@@ -128,3 +128,33 @@ def test_every_probe_leaves_the_loaded_models_as_they_were(rig):
         run()
         assert ps_names(env.api) == before
     env.api.unload("neohorse-1:q4_1")
+
+
+def test_a_long_input_retest_fills_the_context_it_promises(rig):
+    # issue 29: the retest is the user's load; for long input its prompt fills 85% of num_ctx,
+    # and its token count, worked out from two short requests, is what the server evaluated
+    env = rig_env(rig)
+    config = {"model": "neohorse-1:q8_0", "max_context_len": 2048, "max_batch_size": 512, "max_concurrency": 1}
+    fact = stability.run(env, config, fill=0.85).facts[0]
+    assert fact["prompt_tokens"] >= 0.8 * 2048 and fact["prompt_tokens"] <= 2048, fact
+    assert fact["prompt_tokens"] == fact["task_tokens"], fact  # exact: not cut, nothing guessed
+    assert (fact["fill"], fact["at_once"], fact["requests"]) == (0.85, 1, 1)
+    assert read("stability", [fact]) == ["retest_passed"]
+
+
+def test_a_concurrency_retest_sends_its_slots_at_once(rig):
+    env = rig_env(rig)
+    config = {"model": "neohorse-1:q4_1", "max_context_len": 1024, "max_batch_size": 512, "max_concurrency": 2}
+    fact = stability.run(env, config, num_predict=32).facts[0]
+    assert (fact["at_once"], fact["requests"], fact["answered"]) == (2, 2, True), fact
+
+
+def test_no_lower_bit_level_fails_coherence_where_a_level_with_fewer_bits_passes(rig):
+    # issue 29: on 0.11.4 Q8_0 was judged to lose all five numbers at num_ctx 8192 while Q4_1
+    # kept them; the first answer to a new prompt and the cached repeat take different CPU
+    # kernels there, and a loss now counts only where both answers show it
+    env = rig_env(rig)
+    result = quant.run(env, "neohorse-1:f16", num_ctx=8192)
+    assert [f["answers"] for f in result.facts] == [2, 2]
+    assert read("quant", result.facts) == ["quant_usable", "quant_usable"], [
+        (f["tag"], f.get("numbers_lost"), f.get("repeat_share")) for f in result.facts]
