@@ -129,6 +129,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                 step.mark("load")
                 load = env.api.load(tag, {"num_ctx": num_ctx})
                 weights = step.now() if load.ok else None
+                loaded = env.api.loaded(tag) if load.ok else None
                 spilled = spill_error(env, tag) if load.ok else None
                 gen = None
                 signal = None
@@ -149,6 +150,8 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                 "kind": "quant_trial", "tag": tag, "level": level, "answered": answered, "weights": weights,
                 "error": error, **figures,
                 "bits": bits, "peak": step.peak, "num_ctx": num_ctx, "predicted_peak": guess, "task": task_name,
+                # where Ollama put it (ollama ps): a spill is read as one, not as a peak over the limit
+                "placement": loaded.placement if loaded else None,
                 "agreement": signal["agreement"] if signal else None, "kl": signal["kl"] if signal else None, **step.reading(),
             })
             result.rows.append({"tag": tag, "level": level, "bits": bits, "after load": weights, "peak": step.peak,

@@ -7,6 +7,16 @@ tokens generated, ``done_reason``, HTTP status, error lines, duration, how
 much of the output repeats itself. Whether that is a regression against the
 previous run is the rules' verdict (``rules.record.retest_regressions``). By hand:
 ``ollama run M < task.md`` with ``/set parameter num_predict 256``.
+
+The load is the user's: the config's slots all busy at once, repeated
+requests for memory that creeps, and for long input a prompt that fills 85%
+of the context (copies of one paragraph, then the task), so the KV cache
+the config promises is really filled. What the output checks read (loops,
+length) is then the fixed task's answer alone, sent next on the same loaded
+config: a small model given thousands of tokens loops by nature (the 135M
+stand-in does at 2k: "The pumps are running at a rate of ..."), which says
+nothing about the config, while the fixed task's answer compares across
+every retest. The long input's own answer is recorded beside it.
 """
 from __future__ import annotations
 
@@ -73,6 +83,7 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
                                  "measured": False, "unmeasured": result.error,
                                  "unconfirmed": unconfirmed})
             return result
+        fixed = task  # the fixed task alone: the answer every retest is compared on
         if fill and options.get("num_ctx"):
             task, prompt_tokens = _fill(env, model, task, options["num_ctx"], fill)
         elif prompt_tokens is None:
@@ -91,9 +102,19 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
                 for i in range(max(1, repeats)):
                     step.mark("request" if i == 0 else f"request {i + 1}")
                     gens += _run_parallel(env, model, task, options, parallel)
+                # after the user's long input, the fixed task alone on the same loaded config: its
+                # answer is what the output checks read (see the module doc)
+                answer = None
+                load_peak = step.peak
+                if task is not fixed and all(g.ok for g in gens):
+                    # on llama-server a second, different prompt copies the first one's KV into the
+                    # host-RAM prompt cache (--cache-ram): not the config's memory, so the peak is the load's
+                    step.mark("fixed task")
+                    answer = env.api.generate(model, fixed, options)
                 step.mark("done")
                 loaded = env.api.loaded(model)
-            return step, {"gens": gens, "loaded": loaded, "window": window}
+            return step, {"gens": gens, "loaded": loaded, "window": window, "answer": answer,
+                          "load_peak": load_peak}
 
         def problems(step, got):
             if not got["gens"][0].ok:
@@ -104,18 +125,25 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
 
         step, got = measure_checked(once, problems, result.notes)
         gens = got["gens"]
-        main = gens[0]
-        errors = sorted({g.error for g in gens if g.error})
-        answered = all(g.ok for g in gens)
+        load = gens[0]  # the user's load: what its prompt was evaluated as
+        main = got["answer"] or load  # the answer the output checks read
+        errors = sorted({g.error for g in gens + [main] if g.error})
+        answered = all(g.ok for g in gens) and main.ok
+        # a refused or unmeasured window stays unmeasured, whatever was read before the fixed task
+        peak = (got["load_peak"] if got["answer"] else step.peak) if step.peak is not None else None
         # the rules read the run (failed, cut, looping, over the limit, regressed); the fact only says what happened
         fact = {"kind": "stability", "config": dict(config), "eval_count": main.eval_count,
                 "done_reason": main.done_reason, "answered": answered,
-                "prompt_tokens": main.prompt_eval_count, "task_tokens": prompt_tokens,
+                "prompt_tokens": load.prompt_eval_count, "task_tokens": prompt_tokens,
+                # what the long input itself produced (the answer read above is the fixed task's)
+                "load_eval_count": load.eval_count if got["answer"] else None,
+                "load_done_reason": load.done_reason if got["answer"] else None,
                 "fill": fill, "repeats": max(1, repeats), "num_ctx": options.get("num_ctx"),
                 "at_once": parallel, "requests": len(gens),
-                # the model's own loops: quoting the document it was given is not one
-                "repeat_share": round(coherence.repeat_share(main.text, exclude=task), 4) if main.ok else None,
-                "errors": errors, "peak": step.peak, **step.reading(),
+                # the model's own loops: quoting the task it was given is not one
+                "repeat_share": round(coherence.repeat_share(main.text, exclude=fixed), 4) if main.ok else None,
+                "errors": errors, **step.reading(),
+                "peak": peak,
                 **failure_fields(next((g for g in gens if not g.ok), None), got["window"], "request")}
         result.ok = answered and step.measured
         result.error = "; ".join(errors) or (f"not measured: {step.unmeasured}" if step.unmeasured else None)
@@ -123,8 +151,8 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         result.charts.append(step.chart())
         result.rows.append({"model": model, "num_ctx": options.get("num_ctx"), "parallel": parallel,
                             "tokens": main.eval_count, "done": main.done_reason, "status": main.status,
-                            "prompt tokens": main.prompt_eval_count, "of": prompt_tokens,
-                            "seconds": main.duration_s, "peak": step.peak, "errors": len(errors)})
+                            "prompt tokens": load.prompt_eval_count, "of": prompt_tokens,
+                            "seconds": main.duration_s, "peak": peak, "errors": len(errors)})
     return result
 
 

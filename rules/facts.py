@@ -246,6 +246,8 @@ class Stability(_Measurement):
     repeats: int = ABSENT  # requests sent one after another (memory that creeps)
     num_ctx: int | None = ABSENT  # the context the retest loaded
     at_once: int = ABSENT  # requests sent at the same time (the config's concurrency)
+    load_eval_count: int | None = ABSENT  # tokens generated after the long input (its own answer)
+    load_done_reason: str | None = ABSENT
     requests: int = ABSENT  # requests sent in all
     repeat_share: Num | None = ABSENT  # share of the output's word 4-grams that repeat
     errors: list

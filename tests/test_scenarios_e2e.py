@@ -37,7 +37,7 @@ STAGE_OF_KNOB = {
 }
 STAGE_ORDER = ("context", "quant", "backend")
 #: the scenarios whose user complains about long input (their retest fills the context)
-LONG_INPUT = ("kv_cache", "kv_cache_current", "kv_cache_keep_context")
+LONG_INPUT = ("kv_cache", "kv_cache_current", "kv_cache_keep_context", "only_q4")
 
 # scenario -> what docs/scenarios.md promises
 EXPECT = {
@@ -49,6 +49,8 @@ EXPECT = {
                               "quant_type": "Q3_K_M", "model": "neohorse-1:q3_K_M", "ctx": (32768, 32768),
                               "advice": None},
     # a quantized KV cache keeps all 4 wished slots on the GPU: nothing is given up
+    "only_q4": {"cause": "kv_cache", "exit": (0,), "stages": {"quant"}, "no_stages": {"context"},
+                "quant_type": "Q4_K_M", "model": "neohorse-1:q4_K_M", "ctx": (32768, 32768), "advice": None},
     "concurrency": {"cause": "concurrency", "exit": (0,), "stages": {"backend"}, "no_stages": {"context"},
                     "quant_type": "Q4_K_M", "ctx": (4096, 4096), "concurrency": 4, "kv_cache": "q4_0",
                     "advice": None},
@@ -198,3 +200,18 @@ def test_diagnose_finds_the_cause_in_order_and_a_config_that_fits(name, tmp_path
     if name in LONG_INPUT:
         assert retest["prompt_tokens"] >= 0.8 * int(config["max_context_len"]), retest
         assert retest["fill"] == thresholds.RETEST_FILL
+
+
+def test_only_q4_is_chosen_after_each_higher_level_is_measured_out_and_the_report_says_why(tmp_path):
+    rc, report, stderr = diagnose("only_q4", tmp_path)
+    assert rc == 0 and report["config"]["quant_type"] == "Q4_K_M", stderr[-2000:]
+    text = (tmp_path / "report.md").read_text()
+    table = text[text.index("## Quantization trials"):].split("\n## ")[0]
+    rows = {line.split("|")[2].strip(): line for line in table.splitlines() if line.startswith("| neohorse-1")}
+    assert "spilled to CPU" in rows["Q6_K"]
+    assert "above the limit with margin" in rows["Q5_K_M"]
+    assert "stays coherent" in rows["Q4_K_M"] and "stays coherent" in rows["Q3_K_M"]
+    # the best that meets the need, not the smallest: Q3_K_M fits too
+    [alt] = report["alternatives"]
+    assert alt["kind"] == "context" and alt["config"]["model"] == "neohorse-1:q8_0" and alt["verified"]
+    assert "Other answer" in text
