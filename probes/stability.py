@@ -12,11 +12,15 @@ The load is the user's: the config's slots all busy at once, repeated
 requests for memory that creeps, and for long input a prompt that fills 85%
 of the context (copies of one paragraph, then the task), so the KV cache
 the config promises is really filled. What the output checks read (loops,
-length) is then the fixed task's answer alone, sent next on the same loaded
-config: a small model given thousands of tokens loops by nature (the 135M
-stand-in does at 2k: "The pumps are running at a rate of ..."), which says
-nothing about the config, while the fixed task's answer compares across
-every retest. The long input's own answer is recorded beside it.
+length) is then the fixed task's answer alone, sent first on a fresh load
+of the config, exactly as every retest without a fill sends it: a small
+model given thousands of tokens loops by nature (the 135M stand-in does at
+2k: "The pumps are running at a rate of ..."), which says nothing about the
+config, while the fixed task's answer compares across every retest. Sent
+after the long input on the same runner it is not the same answer (greedy
+decoding parts at near-ties when the runner's cache state differs: Q8_0 at
+2048 on llama-server looped there, 0.41 of its 4-grams, and not on a fresh
+load). The long input's own answer is recorded beside it.
 """
 from __future__ import annotations
 
@@ -84,7 +88,10 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
                                  "unconfirmed": unconfirmed})
             return result
         fixed = task  # the fixed task alone: the answer every retest is compared on
+        answer = None
         if fill and options.get("num_ctx"):
+            env.unload(model)  # a fresh load, as every retest sends the fixed task on
+            answer = env.api.generate(model, fixed, options)
             task, prompt_tokens = _fill(env, model, task, options["num_ctx"], fill)
         elif prompt_tokens is None:
             # the task's own token count, measured with room to spare, so a cut prompt is visible
@@ -102,19 +109,9 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
                 for i in range(max(1, repeats)):
                     step.mark("request" if i == 0 else f"request {i + 1}")
                     gens += _run_parallel(env, model, task, options, parallel)
-                # after the user's long input, the fixed task alone on the same loaded config: its
-                # answer is what the output checks read (see the module doc)
-                answer = None
-                load_peak = step.peak
-                if task is not fixed and all(g.ok for g in gens):
-                    # on llama-server a second, different prompt copies the first one's KV into the
-                    # host-RAM prompt cache (--cache-ram): not the config's memory, so the peak is the load's
-                    step.mark("fixed task")
-                    answer = env.api.generate(model, fixed, options)
                 step.mark("done")
                 loaded = env.api.loaded(model)
-            return step, {"gens": gens, "loaded": loaded, "window": window, "answer": answer,
-                          "load_peak": load_peak}
+            return step, {"gens": gens, "loaded": loaded, "window": window}
 
         def problems(step, got):
             if not got["gens"][0].ok:
@@ -126,18 +123,17 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         step, got = measure_checked(once, problems, result.notes)
         gens = got["gens"]
         load = gens[0]  # the user's load: what its prompt was evaluated as
-        main = got["answer"] or load  # the answer the output checks read
+        main = answer or load  # the answer the output checks read
         errors = sorted({g.error for g in gens + [main] if g.error})
         answered = all(g.ok for g in gens) and main.ok
-        # a refused or unmeasured window stays unmeasured, whatever was read before the fixed task
-        peak = (got["load_peak"] if got["answer"] else step.peak) if step.peak is not None else None
+        peak = step.peak
         # the rules read the run (failed, cut, looping, over the limit, regressed); the fact only says what happened
         fact = {"kind": "stability", "config": dict(config), "eval_count": main.eval_count,
                 "done_reason": main.done_reason, "answered": answered,
                 "prompt_tokens": load.prompt_eval_count, "task_tokens": prompt_tokens,
                 # what the long input itself produced (the answer read above is the fixed task's)
-                "load_eval_count": load.eval_count if got["answer"] else None,
-                "load_done_reason": load.done_reason if got["answer"] else None,
+                "load_eval_count": load.eval_count if answer else None,
+                "load_done_reason": load.done_reason if answer else None,
                 "fill": fill, "repeats": max(1, repeats), "num_ctx": options.get("num_ctx"),
                 "at_once": parallel, "requests": len(gens),
                 # the model's own loops: quoting the task it was given is not one
