@@ -126,7 +126,6 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         main = answer or load  # the answer the output checks read
         errors = sorted({g.error for g in gens + [main] if g.error})
         answered = all(g.ok for g in gens) and main.ok
-        peak = step.peak
         # the rules read the run (failed, cut, looping, over the limit, regressed); the fact only says what happened
         fact = {"kind": "stability", "config": dict(config), "eval_count": main.eval_count,
                 "done_reason": main.done_reason, "answered": answered,
@@ -138,8 +137,7 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
                 "at_once": parallel, "requests": len(gens),
                 # the model's own loops: quoting the task it was given is not one
                 "repeat_share": round(coherence.repeat_share(main.text, exclude=fixed), 4) if main.ok else None,
-                "errors": errors, **step.reading(),
-                "peak": peak,
+                "errors": errors, "peak": step.peak, **step.reading(),
                 **failure_fields(next((g for g in gens if not g.ok), None), got["window"], "request")}
         result.ok = answered and step.measured
         result.error = "; ".join(errors) or (f"not measured: {step.unmeasured}" if step.unmeasured else None)
@@ -148,7 +146,7 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         result.rows.append({"model": model, "num_ctx": options.get("num_ctx"), "parallel": parallel,
                             "tokens": main.eval_count, "done": main.done_reason, "status": main.status,
                             "prompt tokens": load.prompt_eval_count, "of": prompt_tokens,
-                            "seconds": main.duration_s, "peak": peak, "errors": len(errors)})
+                            "seconds": main.duration_s, "peak": step.peak, "errors": len(errors)})
     return result
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from common.catalog import pair, t
 from rules import steps
-from rules.moves import record_finding  # noqa: F401  (rules/versions.py takes it from here)
+from rules.moves import record_finding
 from rules.interpreting import CTX_DONE
 from rules.readings import AT_CONTEXT, LOAD, TIER
 from rules.rulebook import TREE, Reading, deciding_rule, fact, format_size, register_readings, state

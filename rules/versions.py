@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from common.catalog import t
 from common.versions import parse_version
-from rules.current_engine import record_finding
+from rules.moves import record_finding
 from rules.rulebook import TREE, deciding_rule, format_size, state
 
 
