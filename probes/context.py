@@ -219,7 +219,8 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
           tokens: int | None = None) -> dict:
     """Load at ``num_ctx_option`` (None: the server's default), send one prompt
     of ``tokens`` (default: ``fill`` of num_ctx), and record the tier."""
-    units = cost.units_for(tokens or int(num_ctx * fill))
+    # the prompt and its answer fill the share, as the stability retest fills it
+    units = cost.units_for(tokens or int(num_ctx * fill) - NUM_PREDICT)
     sent = cost.tokens(units)
     load_options = {"num_batch": num_batch} | ({"num_ctx": num_ctx_option} if num_ctx_option else {})
     options = dict(load_options, num_predict=NUM_PREDICT, temperature=0, seed=7)

@@ -112,11 +112,31 @@ def drop_candidate(st: dict, refused: bool) -> None:
         if refused:
             st["context_refused"] = True
             st["keep_context"] = "yes"
-        else:
+        elif not _step_down_context(st):
             st["context_failed_tags"].append(st["tag"])
     elif remedy == "backend" and refused:
         st["backend_refused"] = True
     _clear_candidate(st)
+
+
+def _step_down_context(st: dict) -> bool:
+    """A shortened context whose retest went over the limit (its peak is
+    the retest's own reading, a load the search measured a little under)
+    steps down to the next context the search measured to fit, which is
+    proposed and retested in turn; False when no smaller fit is left."""
+    tried = st["candidate"].get("max_context_len") or 0
+    limit = st.get("fit_limit") or 0
+    if not (limit and st["retest_peak"] > limit):
+        return False
+    smaller = [t for t in st["tiers"] if t["verdict"] == "fits" and t["num_ctx"] < tried and t.get("peak")]
+    if not smaller:
+        return False
+    best = max(smaller, key=lambda t: t["num_ctx"])
+    st["tier_best_ctx"], st["tier_best_peak"] = best["num_ctx"], best["peak"]
+    en, zh = pair("finding.retest_failed_reverts_change.step_down", tried=tried, peak=f"{st['retest_peak'] / (1 << 20):.1f} MiB",
+                  limit=f"{limit / (1 << 20):.1f} MiB", next=best["num_ctx"])
+    record_finding(st, "retest_failed_reverts_change", en, zh)
+    return True
 
 
 def _clear_candidate(st: dict) -> None:

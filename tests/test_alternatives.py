@@ -132,3 +132,32 @@ def test_a_lower_level_failing_under_a_usable_higher_one_is_no_contradiction():
     trace, done, _, diagnosis = _weights_session([first], [passed(), passed()])
     assert trace.count("probe:quant") == 1 and done["config"]["model"] == Q6
     assert not [f for f in diagnosis["findings"] if f["key"] == "recheck_contradicting_level"]
+
+
+
+def _kv_session(stability: list, context: list):
+    script = Script(answers={"keep_context": False}, baseline=[[load()]], context=[context],
+                    quant=[[trial(Q6, "Q6_K", peak=30 * GiB)]], stability=stability)
+    adv, trace, steps = drive([symptom("long_input"), target(want_ctx=8192), device()], script)
+    diagnosis = adv.diagnosis
+    adv.close()
+    return trace, steps[-1], diagnosis
+
+
+def test_a_shortened_context_whose_retest_goes_over_steps_down_to_the_next_measured_fit():
+    # the retest's long input can weigh a little more than the search's tier at the same context:
+    # a retest over the limit does not end the context step while a smaller fit was measured
+    trace, done, diagnosis = _kv_session([passed(peak=30 * GiB), passed()], KV_AT_8K)
+    assert [t for t in trace if t.startswith("change:")] == ["change:max_context_len=4096",
+                                                             "change:max_context_len=2048"]
+    assert done["verified"] is True and done["config"]["max_context_len"] == 2048
+    [finding] = [f for f in diagnosis["findings"] if f["key"] == "retest_failed_reverts_change"]
+    assert "4096" in finding["en"] and "30720.0 MiB" in finding["en"] and "2048" in finding["zh"]
+
+
+def test_a_retest_over_the_limit_with_no_smaller_fit_left_is_not_verified():
+    trace, done, diagnosis = _kv_session([passed(peak=30 * GiB)],
+                                         [tier("short", 2048, 12 * GiB), oom_tier("long", 8192)])
+    assert [t for t in trace if t.startswith("change:")] == ["change:max_context_len=2048"]
+    assert done["verified"] is False
+    assert not [f for f in diagnosis["findings"] if f["key"] == "retest_failed_reverts_change"]
