@@ -15,7 +15,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OOMVET_WITH_BROWSER=1 bash scripts/setup.sh || exit $?
 started=$(date +%s)
-.venv/bin/python -m pytest -q -n 2 -m "not integration" "$@"
+# loadgroup: a module marked xdist_group keeps its expensive module fixture on one worker
+.venv/bin/python -m pytest -q -n 2 --dist loadgroup -m "not integration" "$@"
 unit=$?
 # 5: nothing collected (a narrowed run with no test of that phase) is not a failure
 [ "$unit" -eq 5 ] && unit=0

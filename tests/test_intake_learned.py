@@ -5,6 +5,7 @@ weak evidence, named in ``Intake.learned``, and never replace what an earlier
 message said in words."""
 from __future__ import annotations
 
+import pickle
 import re
 import threading
 
@@ -247,7 +248,7 @@ def test_a_model_that_cannot_be_fitted_leaves_the_cues_and_grammar(monkeypatch):
     assert got.budget == 12 * GiB and got.learned == ()
 
 
-def test_warm_up_fits_in_the_background_and_a_message_waits_for_that_fit(monkeypatch):
+def test_warm_up_fits_in_the_background_and_a_message_waits_for_that_fit(monkeypatch, tmp_path):
     started, release, calls = threading.Event(), threading.Event(), []
 
     def slow_fit():
@@ -256,6 +257,7 @@ def test_warm_up_fits_in_the_background_and_a_message_waits_for_that_fit(monkeyp
         release.wait(5)
         return "fitted"
 
+    monkeypatch.setenv("OOMVET_CACHE_DIR", str(tmp_path))  # no fit kept from another run
     monkeypatch.setattr(learned, "_FITTED", [])
     monkeypatch.setattr(learned, "_FAILED", [])
     monkeypatch.setattr(learned, "fit_all", slow_fit)
@@ -266,8 +268,9 @@ def test_warm_up_fits_in_the_background_and_a_message_waits_for_that_fit(monkeyp
     assert calls == [1]
 
 
-def test_a_fit_that_failed_is_not_tried_again(monkeypatch):
+def test_a_fit_that_failed_is_not_tried_again(monkeypatch, tmp_path):
     calls = []
+    monkeypatch.setenv("OOMVET_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(learned, "_FITTED", [])
     monkeypatch.setattr(learned, "_FAILED", [])
     monkeypatch.setattr(learned, "fit_all", lambda: calls.append(1) or (_ for _ in ()).throw(ImportError("x")))
@@ -276,6 +279,48 @@ def test_a_fit_that_failed_is_not_tried_again(monkeypatch):
     assert learned.guess("when", text) is None and learned.guess("when", text) is None
     assert learned.guess_budget("on my 12 gigs card") is None
     assert calls == [1]
+
+
+def test_the_fitted_readers_are_kept_and_a_later_process_loads_them_without_fitting(monkeypatch, tmp_path):
+    monkeypatch.setenv("OOMVET_CACHE_DIR", str(tmp_path))
+    fitted = learned._load_or_fit()
+    assert list(tmp_path.iterdir()) == [learned.cache_path()]  # whole, and no temporary file left
+    monkeypatch.setattr(learned, "fit_all", lambda: pytest.fail("fitted again although a kept fit was there"))
+    loaded = learned._load_or_fit()
+    text = learned.view("when", scrub(UNCUED_WHEN[1][0]))
+    assert numpy.array_equal(loaded.when.predict_proba([text]), fitted.when.predict_proba([text]))
+    assert learned.guess("when", text, loaded.when) == learned.guess("when", text, fitted.when)
+
+
+def test_a_damaged_kept_fit_is_fitted_again_and_replaced(monkeypatch, tmp_path):
+    monkeypatch.setenv("OOMVET_CACHE_DIR", str(tmp_path))
+    learned.cache_path().write_bytes(b"half a pickle")
+    monkeypatch.setattr(learned, "fit_all", lambda: learned.Models("when", "what", "budget"))
+    assert learned._load_or_fit() == ("when", "what", "budget")
+    assert pickle.loads(learned.cache_path().read_bytes()) == ("when", "what", "budget")
+
+
+def test_a_cache_folder_that_cannot_be_written_costs_a_fit_and_nothing_else(monkeypatch, tmp_path):
+    (tmp_path / "taken").write_text("a file where the folder should be")
+    monkeypatch.setenv("OOMVET_CACHE_DIR", str(tmp_path / "taken"))
+    monkeypatch.setattr(learned, "fit_all", lambda: learned.Models("when", "what", "budget"))
+    assert learned._load_or_fit() == ("when", "what", "budget")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_the_kept_fit_is_named_by_the_corpus_the_readers_and_the_libraries(monkeypatch, tmp_path):
+    package = tmp_path / "intake"
+    (package / "corpus").mkdir(parents=True)
+    (package / "corpus" / "dev.yaml").write_text("- {text: a, phase: load}\n")
+    monkeypatch.setattr(learned, "__file__", str(package / "learned.py"))
+    monkeypatch.setenv("OOMVET_CACHE_DIR", str(tmp_path))
+    first = learned.cache_path()
+    assert first == learned.cache_path()  # the same files, the same name
+    (package / "corpus" / "dev.yaml").write_text("- {text: a, phase: crash}\n")
+    relabelled = learned.cache_path()
+    (package / "learned.py").write_text("# the reader's code changed\n")
+    recoded = learned.cache_path()
+    assert len({first, relabelled, recoded}) == 3 and first.parent == tmp_path
 
 
 def test_only_the_start_of_a_long_paste_is_read():

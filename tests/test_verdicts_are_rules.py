@@ -19,6 +19,9 @@ from assistant.session import loop as session_mod
 from rules.facts import MEASUREMENTS
 from rules.kb import RULES
 
+# one worker runs this module (scripts/test.sh distributes by --dist loadgroup): its module
+# fixture diagnoses three scenarios, 33 s, which a second worker would run again
+pytestmark = pytest.mark.xdist_group("verdicts_are_rules")
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 

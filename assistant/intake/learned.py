@@ -31,16 +31,25 @@ against it. Every setting was chosen on development data alone
 it stood before that batch was tuned on (a new writer's view), each reader
 fitted on every other batch.
 
-Fitting is deterministic (same corpus, same coefficients) and takes about 1 s
-for all three on two cores, plus 2-3 s to import scikit-learn; it happens once
-per process, at the first message that needs it, or in the background from
-:func:`warm_up` (the chat starts it before the user's first message). If it
-cannot fit, messages are read without it. The held-out corpus
+Fitting is deterministic (same corpus, same coefficients) and takes about 2 s
+for all three on two cores, plus 1 s to import scikit-learn. It happens once
+per corpus: the fitted readers are kept in the user's cache folder
+(``platformdirs``; ``OOMVET_CACHE_DIR`` overrides), under a name drawn from
+every file of this package and the library versions, so a changed corpus,
+reader or scikit-learn fits again; a later process loads them (the import
+alone). Loading or fitting happens at the first message that needs it, or in
+the background from :func:`warm_up` (the chat starts it before the user's
+first message). If it cannot fit, messages are read without it. The held-out corpus
 (``tests/data/intake/``) is never in the package, so no model ever sees it.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import pickle
+import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,6 +196,63 @@ def long_enough(text: str) -> bool:
     return sum(2 if _wide(ch) else 1 for ch in text.strip()) >= MIN_LENGTH
 
 
+def cache_path() -> Path:
+    """Where the readers fitted on the package corpus are kept: the name is a
+    digest of every file of this package (corpus, lexicons, the readers' own
+    code) and the versions that shape a fit or a pickle."""
+    from importlib.metadata import version
+
+    digest = hashlib.sha256()
+    package = Path(__file__).parent
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for dist in ("scikit-learn", "numpy", "scipy"):
+        digest.update(f"{dist}={version(dist)};".encode())
+    digest.update(sys.version.encode())
+    folder = os.environ.get("OOMVET_CACHE_DIR")
+    if not folder:
+        import platformdirs
+
+        folder = platformdirs.user_cache_dir("oomvet", appauthor=False)
+    return Path(folder) / f"intake-readers-{digest.hexdigest()[:20]}.pickle"
+
+
+def _load_or_fit() -> Models:
+    """The readers fitted on the package corpus: loaded from :func:`cache_path`
+    (the user's own folder, written by this function alone), or fitted and
+    kept there. A cache that cannot be read or written costs a fit, nothing else."""
+    try:
+        path = cache_path()
+    except Exception:  # noqa: BLE001 - no cache folder to name: fit every time
+        return fit_all()
+    try:
+        with path.open("rb") as f:
+            bundle = pickle.load(f)
+        if isinstance(bundle, Models):
+            return bundle
+    except Exception:  # noqa: BLE001 - missing, half-read or from another pickle: fit below
+        pass
+    bundle = fit_all()
+    _keep(bundle, path)
+    return bundle
+
+
+def _keep(bundle: Models, path: Path) -> None:
+    """Write ``bundle`` to ``path`` whole or not at all: a process reading it
+    meanwhile sees the old file or none. A read-only or full folder is left as it is."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=".intake-", delete=False) as f:
+            tmp = f.name
+            pickle.dump(bundle, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
 _LOCK = threading.Lock()
 _FITTED: list = []   # the fitted models, once there are
 _FAILED: list = []   # why they could not be fitted: not tried again in this process
@@ -198,12 +264,12 @@ def models() -> Models:
     # background fit holds the lock (a plain acquire cannot be interrupted on Windows)
     while not _LOCK.acquire(timeout=0.2):
         pass
-    try:  # one fit per process, whichever thread asks first
+    try:  # one load or fit per process, whichever thread asks first
         if _FAILED:
             raise _FAILED[0]
         if not _FITTED:
             try:
-                _FITTED.append(fit_all())
+                _FITTED.append(_load_or_fit())
             except Exception as exc:  # noqa: BLE001 - kept, so each later message skips the models at once
                 _FAILED.append(exc)
                 raise
