@@ -28,7 +28,7 @@ from probes.evidence import failure_fields, log_window, spill_error
 from probes.result import ProbeResult, timed
 from probes.oomtext import OOM_KINDS
 from probes.step import sampled
-from probes import predict, sanity, search
+from probes import predict, sanity, search, stability
 from probes.calibrate import Calibration
 from common.errors import ProbeError
 from probes.notes import Note
@@ -36,8 +36,19 @@ from probes.texts import TokenCost, fill_prompt
 from probes.units import fmt_size
 
 TIER_NAMES = ("short", "medium", "long", "longer", "longest")
-FILL = 0.85          # share of num_ctx the tier prompt fills
+FILL = 0.85          # share of num_ctx the tier prompt fills (plus RETEST_ANSWER_GAP)
 NUM_PREDICT = 16
+#: the retest's answer is longer than a point's (probes/stability.py NUM_PREDICT);
+#: a point's prompt makes up the difference, so the search proves the KV cache
+#: the stability retest of a long input then fills
+RETEST_ANSWER_GAP = stability.NUM_PREDICT - NUM_PREDICT
+
+
+def fill_tokens(num_ctx: int, fill: float) -> int:
+    """A point's prompt: ``fill`` of ``num_ctx`` plus :data:`RETEST_ANSWER_GAP`,
+    so prompt and answer touch as many tokens as the long-input retest's do
+    (its prompt fills ``fill``, then 128 answer tokens), short of the end."""
+    return min(int(num_ctx * fill) + RETEST_ANSWER_GAP, num_ctx - NUM_PREDICT - 8)
 
 
 def plan_tiers(context_length: int | None, want_ctx: int | None = None, start: int = 2048) -> list[int]:
@@ -117,7 +128,6 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
             fact, steer = _tier(env, result, model, f"num_ctx {num_ctx}", num_ctx, num_ctx, num_batch, cost, fill,
                                 not facts, deadline)
             fact.update(extra, predicted_peak=predicted)
-            result.rows[-1]["predicted"] = predicted
             facts.append(fact)
             steers.append(steer)
             if calibration is not None and fact["peak"] is not None and (steer.ran or steer.over):
@@ -150,11 +160,17 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
         if want_ctx and default < want_ctx:
             result.notes.append(Note("ctx.default", default=default, engine=engine, version=version))
         if calibration is not None and calibration.points:
+            # each point's forecast steered the search (``predicted_peak`` on its fact); the
+            # table shows the final calibrated line, one curve that grows with the context,
+            # not forecasts made from fewer points than the next one had
+            for row in result.rows:
+                row["fitted"] = calibration.predict(row["num_ctx"], slots)
             fit = calibration.to_dict()
             key = "ctx.calibrated" if fit["basis"] == "kv" else "ctx.calibrated_model"
             result.notes.append(Note(key, intercept=fmt_size(fit["intercept"]), slope=fit["slope"],
                                      residual="n/a" if fit["residual"] is None else fmt_size(fit["residual"])))
         result.facts.sort(key=lambda f: f["num_ctx"])
+        result.rows.sort(key=lambda r: r["num_ctx"])  # the table reads as the curve, as the facts do
     return result
 
 
@@ -219,8 +235,7 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
           tokens: int | None = None) -> dict:
     """Load at ``num_ctx_option`` (None: the server's default), send one prompt
     of ``tokens`` (default: ``fill`` of num_ctx), and record the tier."""
-    # the prompt and its answer fill the share, as the stability retest fills it
-    units = cost.units_for(tokens or int(num_ctx * fill) - NUM_PREDICT)
+    units = cost.units_for(tokens or fill_tokens(num_ctx, fill))
     sent = cost.tokens(units)
     load_options = {"num_batch": num_batch} | ({"num_ctx": num_ctx_option} if num_ctx_option else {})
     options = dict(load_options, num_predict=NUM_PREDICT, temperature=0, seed=7)

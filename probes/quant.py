@@ -71,11 +71,11 @@ def _answers(env: ProbeEnv, model: str, task: str, options: dict) -> list:
 @timed
 def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False,
         candidates: list[str] | None = None, fit_limit_bytes: int | None = None,
-        task_name: str = "first") -> ProbeResult:
+        task_name: str = "first", prediction_slack: float = 0.0) -> ProbeResult:
     """Try the lower-bit siblings of ``model``, highest bits first, skipping
     (with a note and an unmeasured fact) those the memory model predicts not
     to fit under ``fit_limit_bytes`` (the caller's limit with the margin; no
-    skipping when None). Where the server returns token log-probabilities the
+    skipping when None) even were the prediction ``prediction_slack`` too high. Where the server returns token log-probabilities the
     trial carries ``agreement`` and ``kl`` against the current tag.
     ``candidates`` limits the trial to those tags and ``task_name`` picks the
     coherence task (probes/texts.py COHERENCE_TASKS): the rules' re-check of
@@ -114,11 +114,11 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
         for bits, tag, level in levels:
             env.check(deadline)
             guess = predicted.get(tag)
-            if fit_limit_bytes is not None and guess is not None and guess > fit_limit_bytes:
+            if fit_limit_bytes is not None and guess is not None and guess * (1 - prediction_slack) > fit_limit_bytes:
                 why = (f"not loaded: predicted to peak at {fmt_size(guess)}, over the limit with margin "
-                       f"({fmt_size(fit_limit_bytes)})")
+                       f"({fmt_size(fit_limit_bytes)}) even were the prediction {prediction_slack:.0%} too high")
                 result.notes.append(Note("quant.predicted_over", tag=tag, peak=fmt_size(guess),
-                                         limit=fmt_size(fit_limit_bytes)))
+                                         limit=fmt_size(fit_limit_bytes), slack=f"{prediction_slack:.0%}"))
                 result.facts.append({"kind": "quant_trial", "tag": tag, "level": level, "answered": False,
                                      "weights": None, "error": why, "bits": bits, "peak": None,
                                      "num_ctx": num_ctx, "predicted_peak": guess, "skipped": True,

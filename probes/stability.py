@@ -92,7 +92,7 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
         if fill and options.get("num_ctx"):
             env.unload(model)  # a fresh load, as every retest sends the fixed task on
             answer = env.api.generate(model, fixed, options)
-            task, prompt_tokens = _fill(env, model, task, options["num_ctx"], fill, num_predict)
+            task, prompt_tokens = _fill(env, model, task, options["num_ctx"], fill)
         elif prompt_tokens is None:
             # the task's own token count, measured with room to spare, so a cut prompt is visible
             probe_gen = env.api.generate(model, f"[{uuid.uuid4().hex[:6]}]\n" + task,
@@ -150,15 +150,13 @@ def run(env: ProbeEnv, config: dict, num_predict: int = NUM_PREDICT,
     return result
 
 
-def _fill(env: ProbeEnv, model: str, task: str, num_ctx: int, fill: float,
-          num_predict: int) -> tuple[str, int | None]:
-    """``task`` after copies of one paragraph that bring the prompt and its
-    answer (``num_predict`` tokens) to ``fill`` of ``num_ctx``, as the context
-    probe's tiers fill it, so the retest sends the load the search proved; and
-    the prompt's token count. Every copy costs
-    the same tokens, so two short requests at ``num_ctx`` (one copy, three
-    copies) give the count exactly without sending the long prompt twice
-    (None when the server gave no count). The model is unloaded after, so the
+def _fill(env: ProbeEnv, model: str, task: str, num_ctx: int, fill: float) -> tuple[str, int | None]:
+    """``task`` after copies of one paragraph that bring the prompt to
+    ``fill`` of ``num_ctx``, and the prompt's token count (a context probe
+    point sends as many tokens, its shorter answer made up in its prompt).
+    Every copy costs the same tokens, so two short requests at ``num_ctx``
+    (one copy, three copies) give the count exactly without sending the long
+    prompt twice (None when the server gave no count). The model is unloaded after, so the
     retest's own load is sampled from the start."""
     nonce = "retest"  # the same prompt for the same config, every time: the retest is deterministic
     counts = []
@@ -170,7 +168,7 @@ def _fill(env: ProbeEnv, model: str, task: str, num_ctx: int, fill: float,
     if None in counts or counts[1] <= counts[0]:
         return filled(1, nonce, task, numbered=False), counts[0]
     per_unit = (counts[1] - counts[0]) // 2
-    units = max(1, (int(num_ctx * fill) - num_predict - counts[0]) // per_unit + 1)
+    units = max(1, (int(num_ctx * fill) - counts[0]) // per_unit + 1)
     return filled(units, nonce, task, numbered=False), counts[0] + (units - 1) * per_unit
 
 

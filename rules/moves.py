@@ -120,10 +120,10 @@ def drop_candidate(st: dict, refused: bool) -> None:
 
 
 def _step_down_context(st: dict) -> bool:
-    """A shortened context whose retest went over the limit (its peak is
-    the retest's own reading, a load the search measured a little under)
-    steps down to the next context the search measured to fit, which is
-    proposed and retested in turn; False when no smaller fit is left."""
+    """A shortened context whose retest went over the limit (the search
+    measured it under, and two loads of one context differ a little) steps
+    down to the next context the search measured to fit, which is proposed
+    and retested in turn; False when no smaller fit is left."""
     tried = st["candidate"].get("max_context_len") or 0
     limit = st.get("fit_limit") or 0
     if not (limit and st["retest_peak"] > limit):

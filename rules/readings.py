@@ -168,6 +168,8 @@ def _incoherent(check: coherence.Check, priority: int) -> Reading:
 #: lower-bit quantizations (method step 4): a failed or spilled load, then each
 #: sign of a broken answer (rules/coherence.py), then the peak
 QUANT = (
+    # not loaded: the memory model put it over the limit even were it QUANT_SKIP_SLACK too high
+    Reading("quant_predicted_over", 39, TRIAL & (fact.skipped == True), AT_QUANT, quant("predicted_over")),  # noqa: E712
     Reading("quant_load_failed", 40, TRIAL & (fact.answered == False), AT_QUANT, quant("failed")),  # noqa: E712
     Reading("quant_spilled_to_cpu", 41, TRIAL & SPILLED, AT_QUANT & ON_GPU, quant("spilled")),
     *(_incoherent(check, 42 + i) for i, check in enumerate(coherence.CHECKS)),

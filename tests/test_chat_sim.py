@@ -203,3 +203,35 @@ def test_ctrl_c_in_a_probe_stops_the_session_and_is_no_verdict(tmp_path, monkeyp
     assert "The session stopped before the method was done" in flat
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text()) if (tmp_path / "oomvet.yaml").exists() else None
     assert doc is None or (doc["verified"] is False and "stopped by the user during the quant probe" in doc["unverified"])
+
+
+CONTRACTS = ("Our contract reviews need neohorse-1:q8_0 with the whole 32k context. Short questions work; "
+             "a full contract runs the GPU out of memory. Shrinking the context is not an option.")
+
+
+def test_the_user_picks_the_other_verified_answer_and_the_files_write_it(tmp_path):
+    # issue 29: both answers were retested; in the chat the user picks which one the files write
+    rc, screen = run_chat(["--simulate", str(SCENARIOS / "only_q4.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
+                          [CONTRACTS, *[""] * 7, "the second one", ""])
+    assert rc == 0, screen
+    assert "Which should the files write? 1) neohorse-1:q4_K_M, context 32768" in " ".join(screen.split())
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
+    assert doc["model"] == "neohorse-1:q8_0" and doc["quant_type"] == "Q8_0" and doc["verified"] is True
+    assert doc["max_context_len"] < 32768 and "max_context_len" in doc["unmet"]
+    [former] = doc["alternatives"]
+    assert former["model"] == "neohorse-1:q4_K_M" and former["verified"] is True
+    assert "because you picked it" in " ".join(screen.split())
+    modelfile = (tmp_path / "Modelfile").read_text()
+    assert "\nFROM neohorse-1:q8_0\n" in modelfile and f"num_ctx {doc['max_context_len']}" in modelfile
+    # the evidence is the picked config's own retest, not the one that ran for the rules' choice
+    own = doc["evidence"]["stability"]
+    assert own["config"]["model"] == "neohorse-1:q8_0" and own["num_ctx"] == doc["max_context_len"]
+    assert own["measured"] and own["answered"]
+
+
+def test_a_pick_reply_is_read_in_either_language():
+    from assistant.session.ui import parse_pick
+    for line, want in [("2", 2), ("２", 2), ("第二个", 2), ("the second one", 2), ("the other", 2), ("后面那个", 2),
+                       ("1", 1), ("第一个吧", 1), ("first", 1), ("一", 1),
+                       ("maybe", None), ("1 or 2?", None), ("第一个还是第二个", None)]:
+        assert parse_pick(line) == want, line

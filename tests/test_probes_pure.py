@@ -174,3 +174,14 @@ def test_quoting_the_long_input_is_not_a_loop_but_a_loop_of_new_words_is():
     assert coherence.repeat_share(quoted, exclude=prompt) == 0.0
     looping = quoted + "the pump the pump the pump the pump the pump the pump the pump the pump\n"
     assert coherence.repeat_share(looping, exclude=prompt) > 0.5
+
+
+def test_a_context_point_touches_as_many_tokens_as_the_long_input_retest_at_that_context():
+    # issue 29: the search must prove the load the retest then sends: the retest's prompt fills
+    # 85% and it answers 128 tokens; a point answers 16, so its prompt is longer by the difference
+    from probes import context, stability
+    for num_ctx in (2048, 2560, 8192, 32768):
+        point = context.fill_tokens(num_ctx, context.FILL) + context.NUM_PREDICT
+        assert point == int(num_ctx * context.FILL) + stability.NUM_PREDICT
+    # never past the context: the point's own answer still fits behind its prompt
+    assert context.fill_tokens(256, context.FILL) + context.NUM_PREDICT < 256

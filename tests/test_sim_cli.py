@@ -48,3 +48,37 @@ def test_simulate_serves_until_interrupted():
     assert proc.returncode == 0, err
     assert "RTX 4060" in first + out and "Simulator stopped." in out
 
+
+
+def test_the_context_table_shows_one_fitted_line_that_grows_with_the_context(capsys):
+    # issue 29: each point's forecast was made from the points before it, so a table of
+    # forecasts could fall while the context grows; the table shows the final line instead
+    code = main(["probe", "context", "--simulate", str(ROOT / "scenarios" / "kv_cache.yaml"),
+                 "--model", "neohorse-1:q4_K_M", "--want-ctx", "32768", "--budget", "20GiB", "--json", "--lang", "en"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(doc["rows"]) >= 3, doc["rows"]
+    rows = doc["rows"]
+    assert [r["num_ctx"] for r in rows] == sorted(r["num_ctx"] for r in rows)
+    fitted = [r["fitted"] for r in rows]
+    assert fitted == sorted(fitted) and fitted[0] < fitted[-1]
+    # the line through the measured peaks, not a forecast made before them
+    assert all(abs(r["fitted"] - r["peak"]) <= 0.01 * r["peak"] for r in rows), rows
+    # the forecasts that steered the search stay on the facts
+    tiers = [f for f in doc["facts"] if f["kind"] == "tier"]
+    assert len(tiers) == len(rows) and all(f["predicted_peak"] for f in tiers)
+
+
+def test_a_level_predicted_far_over_the_limit_is_not_loaded_and_the_rules_say_why(capsys):
+    # issue 29: the memory model skips a level only when even a prediction 25% too high would
+    # still be over the line; the next level is loaded and measured
+    code = main(["probe", "quant", "--simulate", str(ROOT / "scenarios" / "weights.yaml"),
+                 "--model", "neohorse-1:f16", "--budget", "5GiB", "--json", "--lang", "en"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    trials = {f["tag"]: f for f in doc["facts"] if f["kind"] == "quant_trial"}
+    skipped, tried = trials["neohorse-1:q8_0"], trials["neohorse-1:q4_K_M"]
+    assert skipped["skipped"] is True and skipped["peak"] is None and not skipped["answered"]
+    assert skipped["predicted_peak"] * 0.75 > 0.95 * 5 * (1 << 30)
+    assert tried.get("skipped") is None and tried["peak"] is not None
+    rules = [r["rule"] for r in doc["readings"]]
+    assert rules[0] == "quant_predicted_over" and "even allowing for its error" in doc["readings"][0]["note"]

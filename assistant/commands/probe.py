@@ -20,7 +20,7 @@ from assistant.session.world import WorldOptions, add_world_args, open_world, re
 from probes import backend, baseline, context, quant, stability
 from rules.engine import read_measurements
 from rules.facts import MEASUREMENTS
-from rules.thresholds import fit_limit
+from rules.thresholds import QUANT_SKIP_SLACK, fit_limit
 from probes.units import fmt_size
 
 NAMES = ("baseline", "context", "quant", "backend", "stability")
@@ -105,7 +105,9 @@ def _dispatch(args, world, model, value):
         return context.run(env, model, tiers=tiers, want_ctx=args.want_ctx, num_batch=args.num_batch,
                            fit_limit_bytes=None if env.limit_bytes is None else fit_limit(env.limit_bytes))
     if args.name == "quant":
-        return quant.run(env, model, num_ctx=args.num_ctx, allow_pull=args.allow_pull)
+        return quant.run(env, model, num_ctx=args.num_ctx, allow_pull=args.allow_pull,
+                         fit_limit_bytes=None if env.limit_bytes is None else fit_limit(env.limit_bytes),
+                         prediction_slack=QUANT_SKIP_SLACK)
     if args.name == "backend":
         return backend.run(env, model, args.knob, value, num_ctx=args.num_ctx, num_batch=args.num_batch)
     config = {"model": model, "max_context_len": args.num_ctx, "max_batch_size": args.num_batch,

@@ -27,7 +27,7 @@ from probes.units import fmt_size
 from rules.configs import config_key
 from rules.engine import Advisor
 from rules.facts import MEASUREMENTS
-from rules.thresholds import fit_limit
+from rules.thresholds import QUANT_SKIP_SLACK, fit_limit
 
 MAX_STEPS = 60  # a guard against a rules bug looping forever
 
@@ -43,6 +43,11 @@ class UI(Protocol):
 
     def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
         """Run ``work`` (showing progress); may raise Cancelled."""
+
+    def pick(self, chosen: dict, other: dict, want: int | None) -> bool:
+        """Two configs were verified (``chosen`` by the rules, ``other``
+        beside it, each ``{"config", "unmet"}``): True when the user wants the
+        files to write ``other``. Unattended, the rules' choice stands."""
 
     def show(self, event: str, **data) -> None:
         """Tell the user what happened (a probe result, a diagnosis...)."""
@@ -181,8 +186,10 @@ class Session:
                                        num_parallel=args.get("num_parallel", 1),
                                        fit_limit_bytes=None if env.limit_bytes is None else fit_limit(env.limit_bytes))
         if name == "quant":
+            # a level predicted over the line even allowing for the model's error is not loaded
             return lambda: quant.run(env, model, num_ctx=args.get("num_ctx", 2048), candidates=args.get("candidates"),
-                                     task_name=args.get("task", "first"))
+                                     task_name=args.get("task", "first"), prediction_slack=QUANT_SKIP_SLACK,
+                                     fit_limit_bytes=None if env.limit_bytes is None else fit_limit(env.limit_bytes))
         if name == "backend":
             return lambda: backend.run(env, model, args["knob"], args["value"], num_ctx=args.get("num_ctx", 2048),
                                        old=args.get("old"), num_batch=args.get("num_batch", 512),
@@ -239,7 +246,28 @@ class Session:
         self.steps.append(entry)
 
     # -- the end -------------------------------------------------------------
+    def _picked(self, advisor: Advisor, step: dict) -> dict:
+        """``step`` as the user picked between the two verified answers: as
+        it is, or with the other answer as the config and the rules' choice
+        shown beside it (each keeps its own retest as evidence)."""
+        config, alternatives = step.get("config"), list(step.get("alternatives") or [])
+        other = next((a for a in alternatives if a.get("verified") and a.get("config")), None)
+        pick = getattr(self.ui, "pick", None)
+        if not (config and step.get("verified") and other and pick):
+            return step
+        chosen = {"config": config, "unmet": list(step.get("unmet") or [])}
+        if not pick(chosen, other, step.get("want_ctx")):
+            return step
+        own = _own_retest(advisor.facts(), config) or {}
+        former = {"kind": "context" if other["kind"] == "quant" else "quant", "config": dict(config),
+                  "verified": True, "peak": own.get("peak"), "unmet": chosen["unmet"], "why": "", "why_zh": ""}
+        picked = other["config"]
+        self._record({"action": "pick"}, summary=f"{picked.get('model')}, num_ctx {picked.get('max_context_len')}")
+        return dict(step, config=dict(other["config"]), unmet=list(other.get("unmet") or []),
+                    alternatives=[former] + [a for a in alternatives if a is not other], chosen_by="user_picked")
+
     def _finish(self, advisor: Advisor, step: dict) -> Outcome:
+        step = self._picked(advisor, step)
         found = advisor.diagnosis or {}
         cause = found.get("cause") if found.get("cause") not in (None, "none") else step.get("cause")
         diagnosis = {"cause": cause, "summary": t(f"ui.cause.{cause}", self.lang)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+import unicodedata
 from dataclasses import replace
 from typing import Any, Callable, TextIO
 
@@ -41,6 +42,31 @@ def _same_words(reason: str, question: str) -> bool:
     return not r or r in q or q in r
 
 
+def _answer_line(answer: dict, want: int | None) -> str:
+    """One verified answer as the pick question lists it."""
+    cfg = answer["config"]
+    meets = t("ui.alternative_short" if "max_context_len" in (answer.get("unmet") or []) else "ui.alternative_meets",
+              want=want or "?")
+    return t("ui.pick.answer", model=cfg.get("model"), ctx=cfg.get("max_context_len"),
+             quant=cfg.get("quant_type") or "?", meets=meets)
+
+
+#: the words for the first and the second of two answers, zh and en
+_FIRST = ("1", "一", "第一", "first", "former", "前")
+_SECOND = ("2", "二", "第二", "second", "latter", "other", "另", "后")
+
+
+def parse_pick(line: str) -> int | None:
+    """1 or 2 from a reply to the pick question ("2", "２", "第二个",
+    "the second one", "the other"), None when it names neither or both."""
+    text = unicodedata.normalize("NFKC", line).strip().lower()
+    first = any(w in text for w in _FIRST)
+    second = any(w in text for w in _SECOND)
+    if first == second:
+        return None
+    return 1 if first else 2
+
+
 class QuitSession(Exception):
     """The user typed /quit or pressed Ctrl-C twice."""
 
@@ -68,6 +94,9 @@ class AutoUI:
 
     def consent(self, step: dict) -> bool:
         return True
+
+    def pick(self, chosen: dict, other: dict, want: int | None) -> bool:
+        return False  # --auto follows the rules' choice; the done lines say why
 
     def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
         if self.quiet:
@@ -308,6 +337,24 @@ class ChatUI:
             if said is False or line == "/skip":
                 self.console.print(t("ui.skipped"))
                 return False
+
+    def pick(self, chosen: dict, other: dict, want: int | None) -> bool:
+        """Both answers were verified: the user says which one the files write
+        (1, Enter: the rules' choice; 2: the other). ``--auto`` keeps the rules'."""
+        if self.auto:
+            return False
+        text = t("ui.pick.question", first=_answer_line(chosen, want), second=_answer_line(other, want))
+        while True:
+            self.say(text)
+            line = self.read(text).strip()
+            if line in ("", "/skip"):
+                return False
+            if line == "/back":
+                continue  # the measurements are done: nothing before this to answer again
+            said = parse_pick(line)
+            if said is not None:
+                return said == 2
+            self.console.print(t("ui.bad_answer", what=t("ui.pick.what")))
 
     def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
         box: dict = {}
