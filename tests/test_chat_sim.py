@@ -229,6 +229,15 @@ def test_the_user_picks_the_other_verified_answer_and_the_files_write_it(tmp_pat
     assert own["measured"] and own["answered"]
 
 
+def test_leaving_at_the_pick_keeps_the_methods_choice_and_loses_nothing(tmp_path):
+    rc, screen = run_chat(["--simulate", str(SCENARIOS / "only_q4.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
+                          [CONTRACTS, *[""] * 7])  # the input ends at the pick
+    assert rc == 0 and "Kept the method's choice" in screen, screen
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
+    assert doc["model"] == "neohorse-1:q4_K_M" and doc["verified"] is True
+    assert [a["model"] for a in doc["alternatives"]] == ["neohorse-1:q8_0"]
+
+
 def test_a_pick_reply_is_read_in_either_language():
     from assistant.session.ui import parse_pick
     for line, want in [("2", 2), ("２", 2), ("第二个", 2), ("the second one", 2), ("the other", 2), ("后面那个", 2),

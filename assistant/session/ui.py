@@ -346,7 +346,11 @@ class ChatUI:
         text = t("ui.pick.question", first=_answer_line(chosen, want), second=_answer_line(other, want))
         while True:
             self.say(text)
-            line = self.read(text).strip()
+            try:
+                line = self.read(text).strip()
+            except QuitSession:  # everything is measured: leaving keeps the method's choice, nothing lost
+                self.console.print(t("ui.pick.kept"))
+                return False
             if line in ("", "/skip"):
                 return False
             if line == "/back":
