@@ -94,7 +94,7 @@ def calibrate(env: ProbeEnv, model: str, num_ctx: int) -> TokenCost:
 @timed
 def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int | None = None,
         num_parallel: int = 1, num_batch: int = 512, fill: float = FILL, fit_limit_bytes: int | None = None,
-        max_loads: int = search.MAX_TRIALS, kv_type: str = "f16") -> ProbeResult:
+        max_loads: int = search.MAX_TRIALS, kv_type: str = "f16", check_release: bool = True) -> ProbeResult:
     """Find the largest ``num_ctx`` (a multiple of 256, up to the wanted or
     trained context) whose measured peak stays at or under ``fit_limit_bytes``.
 
@@ -104,7 +104,9 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
     and the gap bisected (``probes/search.py``), each point a load plus a
     filling request, every one posted as a ``tier`` fact. Explicit ``tiers``
     measure those values in order instead, stopping at the first failure
-    (the old ladder; ``--tiers`` and the bench use it)."""
+    (the old ladder; ``--tiers`` and the bench use it). ``check_release``
+    False leaves out the first point's second request (whether memory comes
+    back between requests), for a caller that wants the peaks alone."""
     deadline = time.monotonic() + env.timeout_s
     result = ProbeResult("context", ok=True)
     fit_limit = fit_limit_bytes if fit_limit_bytes is not None else env.limit_bytes
@@ -126,7 +128,7 @@ def run(env: ProbeEnv, model: str, tiers: list[int] | None = None, want_ctx: int
             env.check(deadline)
             predicted = calibration.predict(num_ctx, slots) if calibration else None
             fact, steer = _tier(env, result, model, f"num_ctx {num_ctx}", num_ctx, num_ctx, num_batch, cost, fill,
-                                not facts, deadline)
+                                check_release and not facts, deadline)
             fact.update(extra, predicted_peak=predicted)
             facts.append(fact)
             steers.append(steer)

@@ -115,10 +115,10 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
             env.check(deadline)
             guess = predicted.get(tag)
             if fit_limit_bytes is not None and guess is not None and guess * (1 - prediction_slack) > fit_limit_bytes:
-                why = (f"not loaded: predicted to peak at {fmt_size(guess)}, over the limit with margin "
-                       f"({fmt_size(fit_limit_bytes)}) even were the prediction {prediction_slack:.0%} too high")
-                result.notes.append(Note("quant.predicted_over", tag=tag, peak=fmt_size(guess),
-                                         limit=fmt_size(fit_limit_bytes), slack=f"{prediction_slack:.0%}"))
+                figures = {"peak": fmt_size(guess), "limit": fmt_size(fit_limit_bytes),
+                           "slack": f"{prediction_slack:.0%}"}
+                why = Note("quant.not_loaded_predicted", **figures)  # the table's cell, in the session's language
+                result.notes.append(Note("quant.predicted_over", tag=tag, **figures))
                 result.facts.append({"kind": "quant_trial", "tag": tag, "level": level, "answered": False,
                                      "weights": None, "error": why, "bits": bits, "peak": None,
                                      "num_ctx": num_ctx, "predicted_peak": guess, "skipped": True,

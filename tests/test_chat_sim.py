@@ -239,7 +239,7 @@ def test_leaving_at_the_pick_keeps_the_methods_choice_and_loses_nothing(tmp_path
 
 
 def test_a_pick_reply_is_read_in_either_language():
-    from assistant.session.ui import parse_pick
+    from assistant.session.answers import parse_pick
     for line, want in [("2", 2), ("２", 2), ("第二个", 2), ("the second one", 2), ("the other", 2), ("后面那个", 2),
                        ("1", 1), ("第一个吧", 1), ("first", 1), ("一", 1),
                        ("maybe", None), ("1 or 2?", None), ("第一个还是第二个", None)]:

@@ -67,6 +67,22 @@ def parse_yes_no(text: str) -> bool | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def _pick_words() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    data = yaml.safe_load((Path(__file__).parents[1] / "intake" / "lexicon" / "pick.yaml").read_text(encoding="utf-8"))
+    return tuple(map(str, data["first"])), tuple(map(str, data["second"]))
+
+
+def parse_pick(text: str) -> int | None:
+    """1 or 2 from a reply to "which of the two answers?" ("2", "２", "第二个",
+    "the second one", "the other"), None when it names neither or both."""
+    low = unicodedata.normalize("NFKC", str(text)).strip().lower()
+    first, second = (any(w in low for w in words) for words in _pick_words())
+    if first == second:
+        return None
+    return 1 if first else 2
+
+
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(k|万)?\s*(?:tokens?|个\s*token|个|路|个请求|requests?|users?|人)?\s*$", re.I)
 _ZH_COUNT = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
 _EN_COUNT = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}

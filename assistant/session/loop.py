@@ -260,7 +260,7 @@ class Session:
             return step
         own = _own_retest(advisor.facts(), config) or {}
         former = {"kind": "context" if other["kind"] == "quant" else "quant", "config": dict(config),
-                  "verified": True, "peak": own.get("peak"), "unmet": chosen["unmet"], "why": "", "why_zh": ""}
+                  "verified": True, "peak": own.get("peak"), "unmet": chosen["unmet"]}
         picked = other["config"]
         self._record({"action": "pick"}, summary=f"{picked.get('model')}, num_ctx {picked.get('max_context_len')}")
         return dict(step, config=dict(other["config"]), unmet=list(other.get("unmet") or []),

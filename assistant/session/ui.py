@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import threading
-import unicodedata
 from dataclasses import replace
 from typing import Any, Callable, TextIO
 
@@ -23,7 +22,7 @@ from rich.text import Text
 
 from assistant.report.alternatives import alternative_line
 from assistant.session import render
-from assistant.session.answers import Share, parse_answer, parse_yes_no
+from assistant.session.answers import Share, parse_answer, parse_pick, parse_yes_no
 from assistant.intake import Intake, without_budget
 from common.catalog import get_lang, set_lang, t
 from probes.base import Cancelled
@@ -49,22 +48,6 @@ def _answer_line(answer: dict, want: int | None) -> str:
               want=want or "?")
     return t("ui.pick.answer", model=cfg.get("model"), ctx=cfg.get("max_context_len"),
              quant=cfg.get("quant_type") or "?", meets=meets)
-
-
-#: the words for the first and the second of two answers, zh and en
-_FIRST = ("1", "一", "第一", "first", "former", "前")
-_SECOND = ("2", "二", "第二", "second", "latter", "other", "另", "后")
-
-
-def parse_pick(line: str) -> int | None:
-    """1 or 2 from a reply to the pick question ("2", "２", "第二个",
-    "the second one", "the other"), None when it names neither or both."""
-    text = unicodedata.normalize("NFKC", line).strip().lower()
-    first = any(w in text for w in _FIRST)
-    second = any(w in text for w in _SECOND)
-    if first == second:
-        return None
-    return 1 if first else 2
 
 
 class QuitSession(Exception):

@@ -49,7 +49,7 @@ def test_plan_loads_nothing_and_predicts_every_tags_measured_peak_within_the_ben
     env = ProbeEnv(api=api, reader=reader, device=reader.info(), control=rig.server)
     for tag, row in rows.items():
         assert row["num_ctx"] == CTX
-        measured = context.run(env, tag, tiers=[CTX]).facts[0]
+        measured = context.run(env, tag, tiers=[CTX], check_release=False).facts[0]  # the peak alone
         assert measured["measured"], measured
         peak, predicted = measured["peak"], row["total"]
         assert predicted <= peak, (tag, predicted, peak)  # RSS holds the buffers and more
