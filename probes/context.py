@@ -45,10 +45,12 @@ RETEST_ANSWER_GAP = stability.NUM_PREDICT - NUM_PREDICT
 
 
 def fill_tokens(num_ctx: int, fill: float) -> int:
-    """A point's prompt: ``fill`` of ``num_ctx`` plus :data:`RETEST_ANSWER_GAP`,
-    so prompt and answer touch as many tokens as the long-input retest's do
-    (its prompt fills ``fill``, then 128 answer tokens), short of the end."""
-    return min(int(num_ctx * fill) + RETEST_ANSWER_GAP, num_ctx - NUM_PREDICT - 8)
+    """A point's prompt: ``fill`` of ``num_ctx`` plus :data:`RETEST_ANSWER_GAP`
+    as far as there is room before the end, so prompt and answer touch as many
+    tokens as the long-input retest's do (its prompt fills ``fill``, then 128
+    answer tokens). A fill past the context (a test of truncation) is kept."""
+    base = int(num_ctx * fill)
+    return base + max(0, min(RETEST_ANSWER_GAP, num_ctx - NUM_PREDICT - 8 - base))
 
 
 def plan_tiers(context_length: int | None, want_ctx: int | None = None, start: int = 2048) -> list[int]:

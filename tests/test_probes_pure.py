@@ -183,5 +183,7 @@ def test_a_context_point_touches_as_many_tokens_as_the_long_input_retest_at_that
     for num_ctx in (2048, 2560, 8192, 32768):
         point = context.fill_tokens(num_ctx, context.FILL) + context.NUM_PREDICT
         assert point == int(num_ctx * context.FILL) + stability.NUM_PREDICT
-    # never past the context: the point's own answer still fits behind its prompt
+    # never pushed past the context: the point's own answer still fits behind its prompt
     assert context.fill_tokens(256, context.FILL) + context.NUM_PREDICT < 256
+    # a fill past the context on purpose (the truncation test's 1.6) is sent as asked
+    assert context.fill_tokens(512, 1.6) == int(512 * 1.6)
