@@ -75,8 +75,9 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
     """Try the lower-bit siblings of ``model``, highest bits first, skipping
     (with a note and an unmeasured fact) those the memory model predicts not
     to fit under ``fit_limit_bytes`` (the caller's limit with the margin; no
-    skipping when None) even were the prediction ``prediction_slack`` too high. Where the server returns token log-probabilities the
-    trial carries ``agreement`` and ``kl`` against the current tag.
+    skipping when None) even were the prediction ``prediction_slack`` too
+    high. Where the server returns token log-probabilities the trial carries
+    ``agreement`` and ``kl`` against the current tag.
     ``candidates`` limits the trial to those tags and ``task_name`` picks the
     coherence task (probes/texts.py COHERENCE_TASKS): the rules' re-check of
     one level is ``candidates=[tag], task_name="recheck"``."""

@@ -156,8 +156,8 @@ def _fill(env: ProbeEnv, model: str, task: str, num_ctx: int, fill: float) -> tu
     point sends as many tokens, its shorter answer made up in its prompt).
     Every copy costs the same tokens, so two short requests at ``num_ctx``
     (one copy, three copies) give the count exactly without sending the long
-    prompt twice (None when the server gave no count). The model is unloaded after, so the
-    retest's own load is sampled from the start."""
+    prompt twice (None when the server gave no count). The model is unloaded
+    after, so the retest's own load is sampled from the start."""
     nonce = "retest"  # the same prompt for the same config, every time: the retest is deterministic
     counts = []
     for units in (1, 3):

@@ -26,7 +26,8 @@ from rules import steps
 from rules.moves import record_finding
 from rules.interpreting import CTX_DONE
 from rules.readings import AT_CONTEXT, LOAD, TIER
-from rules.rulebook import TREE, Reading, deciding_rule, fact, format_size, register_readings, state
+from rules.sizes import format_size
+from rules.rulebook import TREE, Reading, deciding_rule, fact, register_readings, state
 
 _QUANT_KV = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from common.catalog import pair
 from rules import thresholds
 from rules.configs import baseline_config, best_tier_config, config_key, utilization
+from rules.sizes import format_size
 
 
 def to_plan(st: dict) -> None:
@@ -133,8 +134,8 @@ def _step_down_context(st: dict) -> bool:
         return False
     best = max(smaller, key=lambda t: t["num_ctx"])
     st["tier_best_ctx"], st["tier_best_peak"] = best["num_ctx"], best["peak"]
-    en, zh = pair("finding.retest_failed_reverts_change.step_down", tried=tried, peak=f"{st['retest_peak'] / (1 << 20):.1f} MiB",
-                  limit=f"{limit / (1 << 20):.1f} MiB", next=best["num_ctx"])
+    en, zh = pair("finding.retest_failed_reverts_change.step_down", tried=tried, peak=format_size(st["retest_peak"]),
+                  limit=format_size(limit), next=best["num_ctx"])
     record_finding(st, "retest_failed_reverts_change", en, zh)
     return True
 

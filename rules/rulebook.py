@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 from common.catalog import pair, t, templates
 from rules import thresholds
 from rules.configs import current_ctx
+from rules.sizes import format_size
 from rules.durable import RULESET, load_durable
 from rules.record import note_unmeasured
 from rules.state import recompute_flags
@@ -98,17 +99,6 @@ class _Loose(dict):
 
     def __missing__(self, key: str) -> str:
         return "?"
-
-
-def format_size(n: int | float | None) -> str:
-    """Bytes as the notes show them: ``12.0 GiB``, ``512.0 MiB``; ``?`` unknown."""
-    if not n:
-        return "?"
-    n = int(n)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def register_readings(rows: Iterable[Reading]) -> None:

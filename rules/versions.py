@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from common.catalog import t
 from common.versions import parse_version
 from rules.moves import record_finding
-from rules.rulebook import TREE, deciding_rule, format_size, state
+from rules.sizes import format_size
+from rules.rulebook import TREE, deciding_rule, state
 
 
 @dataclass(frozen=True)

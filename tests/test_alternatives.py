@@ -152,7 +152,7 @@ def test_a_shortened_context_whose_retest_goes_over_steps_down_to_the_next_measu
                                                              "change:max_context_len=2048"]
     assert done["verified"] is True and done["config"]["max_context_len"] == 2048
     [finding] = [f for f in diagnosis["findings"] if f["key"] == "retest_failed_reverts_change"]
-    assert "4096" in finding["en"] and "30720.0 MiB" in finding["en"] and "2048" in finding["zh"]
+    assert "4096" in finding["en"] and "30.0 GiB" in finding["en"] and "2048" in finding["zh"]
 
 
 def test_a_retest_over_the_limit_with_no_smaller_fit_left_is_not_verified():
