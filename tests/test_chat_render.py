@@ -2,6 +2,8 @@
 console writing to a string, in both languages and both widths."""
 from __future__ import annotations
 
+import re
+
 import io
 
 import pytest
@@ -89,7 +91,8 @@ def test_the_server_in_one_line_like_ollama_ps(lang):
     assert render.ps_line([]) == ("ollama ps：没有加载任何模型" if lang == "zh" else "ollama ps: nothing loaded")
 
 
-def test_why_shows_the_facts_and_the_chain_behind_each_step(lang):
+def test_why_speaks_sentences_not_rule_names_or_raw_facts(lang):
+    # issue 30: /why says each step in words with the rule's sentence and the method's reason
     from rules.engine import Advisor
 
     with Advisor() as advisor:
@@ -98,11 +101,17 @@ def test_why_shows_the_facts_and_the_chain_behind_each_step(lang):
             {"kind": "target", "model": "m:1b", "want_ctx": 32768, "want_parallel": None, "budget": None},
             {"kind": "device", "name": "sim", "vendor": "nvidia", "total": 8 << 30, "used_idle": 0, "unified": False},
         ])
-        lines = render.why_lines(advisor.why(), lang)
+        chain = advisor.why()
+        lines = render.why_lines(chain, lang)
     text = "\n".join(lines)
     assert lines[0].startswith("#1 ")
-    assert "want_ctx=32768" in text and "total=8.00 GiB" in text  # the facts, sizes formatted
-    assert ("依据" if lang == "zh" else "because") in text
+    rule = chain[0]["rule"]
+    assert rule not in text and "=" not in text and "→" not in text  # no rule name, no key=value, no arrows
+    sentence = chain[0]["reason_zh" if lang == "zh" else "reason"]
+    assert sentence and sentence in lines[0]
+    assert ("为什么这样做：" if lang == "zh" else "why this step: ") in text
+    if lang == "zh":
+        assert not re.search(r"[A-Za-z]{4,}", re.sub(r"KV|num_ctx|m:1b", "", text)), text
 
 
 def test_every_probe_note_key_is_in_the_catalog_and_says_something_in_chinese():

@@ -21,7 +21,7 @@ def test_zh_session_on_a_long_context_problem_ends_with_a_verified_config(tmp_pa
     assert "我理解到：长输入时失败，模型 neohorse-1:q4_K_M，上下文 32768" in screen
     assert "诊断：KV 缓存随上下文增长，超出了内存上限。" in screen
     assert "已通过稳定性复测验证" in screen
-    assert "原因 — 每一步背后的事实与规则" in screen  # /why answered in Chinese
+    assert "原因 — 到目前为止的每一步及其理由" in screen  # /why answered in Chinese
     assert re.search("原因：[\u4e00-\u9fff]", screen), "the rules' reason for a question is shown in Chinese"
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "kv_cache" and doc["verified"] is True

@@ -14,10 +14,11 @@ from assistant.files.deliver import deliver
 from common.catalog import set_lang, t
 from common.errors import ExitCode
 from assistant.intake import parse as parse_intake
-from assistant.intake import learned
+from assistant.intake import learned, without_budget
 from assistant.session.loop import Session
 from assistant.session.args import SessionOptions, add_session_args
 from assistant.session.ui import ChatUI, QuitSession
+from assistant.journal.store import open_log, tracking
 from assistant.session.world import open_world
 
 
@@ -34,39 +35,66 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args, console: Console | None = None, stream=None) -> int:
+def run(args, console: Console | None = None, stream=None, *, resume_log=None) -> int:
+    """``resume_log``: the journal's log of a stopped or cut chat that ``oomvet
+    resume`` goes on with (its first message and budget are the journal's)."""
     console = console or Console()
-    options = SessionOptions.from_args(args)
+    options = SessionOptions.from_args(args, resume_log=resume_log)
     if args.lang:
         set_lang(args.lang)
     check_out_dir(options.out)  # refused before the conversation, not after the measurements
     ui = ChatUI(console, stream=stream, auto=args.auto, lang=args.lang)
-    console.print(Text(t("chat.hello"), style="bold"))
-    learned.warm_up()  # fitted while the user types the first message
+    log = None
     try:
-        first = ui.read("")
-        intake = parse_intake(first)
-        if args.llm:
-            intake = _with_llm(intake, first, args, options, console)
+        if resume_log is None:
+            console.print(Text(t("chat.hello"), style="bold"))
+            learned.warm_up()  # fitted while the user types the first message
+            first = ui.read("")
+            intake = parse_intake(first)
+            if args.llm:
+                intake = _with_llm(intake, first, args, options, console)
+            set_lang(args.lang or intake.lang)
+            if options.budget is None and "budget" in intake.learned:
+                intake = ui.confirmed_budget(intake)
+        else:
+            first, intake = _journalled_intake(resume_log)
         lang = set_lang(args.lang or intake.lang)
-        if options.budget is None and "budget" in intake.learned:
-            intake = ui.confirmed_budget(intake)
         options = options.with_words(intake)
         with open_world(options.world, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
-            intake = _with_server_names(intake, first, world, ui)
-            ui.say(_heard(intake))
+            if resume_log is None:
+                intake = _with_server_names(intake, first, world, ui)
+                ui.say(_heard(intake))
             model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
             settle = options.settle_for(world)
-            session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle)
+            # journalled like diagnose: listed by `oomvet sessions`, resumable, nothing measured is lost
+            log = open_log(options, world, model=model, lang=lang, settle_s=settle, first=first,
+                           budget=intake.budget, budget_share=intake.budget_share)
+            session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle,
+                              journal=log)
             session.transcript.add_user(first)
-            outcome = session.run()
-        doc, paths = deliver(options.out, outcome.result)
+            with tracking(log, quits=(QuitSession,)):
+                outcome = session.run()
+        doc, paths = log.deliver(options.out, outcome.result)
         console.print(t("chat.wrote", n=len(paths), out=options.out, names=", ".join(p.name for p in paths)),
                       highlight=False, markup=False)
+        if outcome.exit_code == ExitCode.INTERRUPTED:
+            console.print(t("chat.resume", sid=log.id), highlight=False, markup=False)
         return outcome.exit_code
     except (QuitSession, KeyboardInterrupt):
         console.print(t("chat.bye"))
+        if log is not None:
+            console.print(t("chat.resume", sid=log.id), highlight=False, markup=False)
         return ExitCode.INTERRUPTED if stream is None else ExitCode.OK
+
+
+def _journalled_intake(log):
+    """The first message and the budget a resumed chat had (the budget as the
+    user confirmed, changed or dropped it, not as first read)."""
+    from dataclasses import replace
+
+    first = log.info.get("first") or ""
+    intake = without_budget(parse_intake(first))
+    return first, replace(intake, budget=log.info.get("budget"), budget_share=log.info.get("budget_share"))
 
 
 def _heard(intake) -> str:

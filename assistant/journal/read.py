@@ -55,7 +55,7 @@ class SessionReader:
         """The entries a resume may build on: everything up to the last fact batch
         that reached the journal whole. A step or chart recorded after it
         belongs to a probe that was cut, whose readings are not trusted."""
-        entries = self.entries()
+        entries = _live(self.entries())
         batches: dict[int, list[Entry]] = {}
         for e in entries:
             if e.kind == "fact":
@@ -65,10 +65,16 @@ class SessionReader:
         return [e for e in entries if e.seq <= last and (e.kind != "fact" or e.body["batch"] in complete)]
 
     def cut_probe(self) -> str | None:
-        """The probe that was running when the session stopped, if its facts never arrived whole."""
+        """The probe that was running when the session stopped, if its facts
+        never arrived whole or the user stopped it."""
         trusted = {e.seq for e in self.trusted()}
         started = [e for e in self.entries(["probe_started"]) if e.seq not in trusted]
         return started[-1].body.get("probe") if started else None
+
+    @property
+    def state(self) -> str | None:
+        row = self.journal._db.execute("SELECT state FROM sessions WHERE id = ?", (self.id,)).fetchone()
+        return row[0] if row else None
 
     def unrestored(self) -> list[dict]:
         """Server changes recorded with no matching restore: what a killed session left behind."""
@@ -105,3 +111,23 @@ class SessionReader:
             elif e.kind == "charts":
                 session.charts.extend(e.body["charts"])
         return step
+
+
+def _live(entries: list[Entry]) -> list[Entry]:
+    """The entries less each stretch a user's stop left: from the start of
+    the probe they stopped to the resume after it (the stop's own facts, its
+    conclusion and its files are not evidence, and that probe runs again)."""
+    out: list[Entry] = []
+    skipping = False
+    for e in entries:
+        if skipping:
+            skipping = e.kind != "resumed"
+            if skipping:
+                continue
+        elif e.kind == "user_stopped":
+            started = [i for i, x in enumerate(out) if x.kind == "probe_started"]
+            del out[started[-1] if started else len(out):]
+            skipping = True
+            continue
+        out.append(e)
+    return out

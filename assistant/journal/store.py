@@ -156,11 +156,13 @@ def undo_cut_changes(log: SessionLog, env) -> None:
 
 
 @contextlib.contextmanager
-def tracking(log: SessionLog):
-    """Keep the session's state column true to how the run ended."""
+def tracking(log: SessionLog, quits: tuple[type[BaseException], ...] = ()):
+    """Keep the session's state column true to how the run ended; ``quits``:
+    the exceptions that are the user leaving (the chat's /quit), interrupted
+    like Ctrl-C."""
     try:
         yield log
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, *quits):
         _quietly(log, "interrupted", "interrupted")
         raise
     except JournalError:

@@ -84,9 +84,12 @@ class SessionLog(SessionReader):
                                  command=data["command"]), file=sys.stderr)
 
     def finished(self, result: Mapping[str, Any], exit_code: int) -> None:
+        """The session's end; one the user stopped (exit code 130) is
+        "stopped", and ``oomvet resume`` goes on from the probe they stopped."""
         self.append("finished", {"result": dict(result), "exit_code": exit_code})
         cause = (result.get("diagnosis") or {}).get("cause")
-        self.set_state("finished", cause=cause, verified=int(bool(result.get("verified"))))
+        stopped = any(e.kind == "user_stopped" for e in self.entries(["user_stopped", "resumed"])[-1:])
+        self.set_state("stopped" if stopped else "finished", cause=cause, verified=int(bool(result.get("verified"))))
 
     def deliver(self, out_dir, result: Mapping[str, Any]):
         """Write the session's files, journalling what will be written first."""

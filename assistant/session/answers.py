@@ -29,6 +29,7 @@ import yaml
 from common.catalog import t
 from common.errors import UsageError
 from assistant.intake import Intake, normalise_model, parse, size_of
+from assistant.session.replies import yes_no
 from probes.budget import ANSWERS, Budget
 from probes.units import SizeError, parse_size
 
@@ -57,14 +58,15 @@ def _yes_no() -> tuple[frozenset, frozenset]:
 
 
 def parse_yes_no(text: str) -> bool | None:
-    """True / False for a yes / no in either language, None for anything else."""
+    """True / False for a yes / no in either language, with fillers and a
+    reason after it ("sure, go ahead", "不用，4k 就够了"); None for anything else."""
     low = unicodedata.normalize("NFKC", str(text)).strip().lower().strip(" .!?。！？，,~")
     yes, no = _yes_no()
     if low in yes:
         return True
     if low in no:
         return False
-    return None
+    return yes_no(low)  # a yes or a no with a reason after it: "好的，可以"
 
 
 @lru_cache(maxsize=1)

@@ -59,6 +59,10 @@ class Outcome:
     exit_code: int
 
 
+#: what :meth:`Session._run` returns for a probe the user stopped and then skipped
+SKIPPED = ProbeResult("skipped", ok=False, error="skipped by the user")
+
+
 @dataclass
 class Session:
     world: Any                       # assistant.session.world.World
@@ -146,6 +150,9 @@ class Session:
         result = self._run(f"{name}", work, env)
         if result is None:
             return self._stopped(advisor, step, name)
+        if result is SKIPPED:  # stopped, then skipped: as if declined
+            self._record(step, summary=t("session.skipped", self.lang), ok=None)
+            return advisor.post({"kind": "probe_done", "probe": name, "ok": False, "error": "skipped by the user"})
         return self._post_result(advisor, step, name, result)
 
     def _stopped(self, advisor: Advisor, step: dict, name: str) -> dict:
@@ -154,6 +161,8 @@ class Session:
         was measured before it and exit code 130, never with the verdict an
         empty probe would give (before: "no lower-bit quantization loads within
         the limit" after a Ctrl-C in the quant probe)."""
+        if self.journal is not None:  # a resume runs this probe again: what follows is not evidence
+            self.journal.append("user_stopped", {"probe": name})
         self._record(step, summary=t("session.stopped", self.lang), ok=None)
         self.broken = Cancelled(f"stopped by the user during the {name} probe")
         return advisor.post_many([{"kind": "probe_done", "probe": name, "ok": False, "error": "stopped by the user"},
@@ -170,6 +179,9 @@ class Session:
                                                                repeats=load.get("repeats", 1)), env)
         if result is None:
             return self._stopped(advisor, step, "stability")
+        if result is SKIPPED:  # stopped, then skipped: as if the change was refused
+            self._record(step, summary=t("session.refused", self.lang), ok=None)
+            return advisor.post({"kind": "answer", "question": "refuse", "value": step.get("remedy") or step["knob"]})
         return self._post_result(advisor, step, "stability", result)
 
     def _probe_work(self, name: str, args: dict, env) -> Callable[[], ProbeResult]:
@@ -200,19 +212,26 @@ class Session:
         raise RuntimeError(f"the rules asked for an unknown probe {name!r}")
 
     def _run(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult | None:
-        """The probe's result; None when the user stopped it. A probe that
+        """The probe's result; None when the user stopped it (and, in the
+        chat, chose to stop there), :data:`SKIPPED` when they skipped it. A probe that
         breaks (the server went away, a model is missing, an unload never
         finished) gives a failed result, and the session ends with what was
         measured before it instead of losing everything."""
-        if self.journal is not None:
-            self.journal.append("probe_started", {"probe": label})
-        try:
-            return self.ui.run_probe(label, work, env)
-        except Cancelled:
-            return None
-        except ProbeError as exc:
-            self.broken = exc
-            return ProbeResult(label, ok=False, error=str(exc))
+        while True:
+            if self.journal is not None:
+                self.journal.append("probe_started", {"probe": label})
+            try:
+                return self.ui.run_probe(label, work, env)
+            except Cancelled:
+                # nothing a stopped probe measured is used; the chat asks what now, --auto stops
+                after = getattr(self.ui, "after_stop", None)
+                choice = after(label) if after is not None else "stop"
+                if choice == "again":
+                    continue
+                return SKIPPED if choice == "skip" else None
+            except ProbeError as exc:
+                self.broken = exc
+                return ProbeResult(label, ok=False, error=str(exc))
 
     def _post_result(self, advisor: Advisor, step: dict, name: str, result: ProbeResult) -> dict:
         if self.journal is not None:

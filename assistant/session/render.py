@@ -157,32 +157,33 @@ def ps_line(loaded: list) -> str:
 
 
 def why_lines(chain: list[dict], lang: str) -> list[str]:
-    """``Advisor.why()`` as lines: each step's rule and next step, the facts it
-    rested on, the chain of readings that fired on the way, and its sentence."""
-    lines = []
+    """``Advisor.why()`` as sentences: each step in words with the rule's own
+    sentence (which names the figures it rested on), and, the first time a
+    kind of step appears, the method's reason for taking it then."""
+    lines, said = [], set()
     for entry in chain:
         nxt = entry.get("next") or {}
-        what = nxt.get("probe") or nxt.get("question") or nxt.get("knob") or nxt.get("cause") or ""
-        lines.append(t("why.rule", n=entry.get("n"), rule=entry.get("rule"), next=f"{nxt.get('action')} {what}".strip()))
-        facts = [_fact(f) for f in entry.get("because") or []]
-        if facts:
-            lines.append(t("why.because", facts="; ".join(facts)))
-        chain_steps = [c.get("rule") for c in entry.get("chain") or [] if isinstance(c, dict) and c.get("rule")]
-        if chain_steps:
-            lines.append(t("why.chain", steps=" → ".join(chain_steps)))
+        kind = step_kind(nxt)
         sentence = entry.get("reason_zh") if lang == "zh" else entry.get("reason")
-        if sentence:
-            lines.append(t("why.sentence", text=sentence))
+        lines.append(t("why.step", lang, n=entry.get("n"), step=t(f"why.kind.{kind}", lang),
+                       text=sentence or entry.get("reason") or ""))
+        if kind not in said and kind in METHOD_STEPS:
+            said.add(kind)
+            lines.append(t("why.method", lang, text=t(f"method.{kind}", lang)))
     return lines
 
 
-def _fact(f: dict) -> str:
-    shown = []
-    for key, value in f.items():
-        if key in ("kind", "_seq", "text", "timeline") or value is None or isinstance(value, (list, dict)):
-            continue
-        if isinstance(value, int) and not isinstance(value, bool) and (key in ("total", "limit", "budget", "peak")
-                                                                      or key.endswith("_bytes") or abs(value) >= 1 << 20):
-            value = fmt_size(value)
-        shown.append(f"{key}={value}")
-    return f"{f.get('kind')}({', '.join(shown[:8])})"
+#: the kinds of step the method gives a reason for (``method.<kind>`` in the catalog)
+METHOD_STEPS = ("reproduce", "baseline", "context", "quant", "backend", "stability", "ask")
+
+
+def step_kind(step: dict) -> str:
+    """What kind of step a ``next`` is, as the /why lines and the answers to
+    "why?" name it: a probe's name, ``stability`` for a change retested,
+    ``ask`` or ``done``."""
+    action = step.get("action")
+    if action == "probe":
+        return step.get("probe") if step.get("probe") in METHOD_STEPS else "probe"
+    if action == "change":
+        return "stability"
+    return action if action in ("ask", "done") else "probe"

@@ -10,27 +10,20 @@ a second Ctrl-C quits. Every line printed comes from the catalog (common/catalog
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import replace
 from typing import Any, Callable, TextIO
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.panel import Panel
-from rich.progress_bar import ProgressBar
+from rich.console import Console
 from rich.text import Text
 
 from assistant.report.alternatives import alternative_line
-from assistant.session import render
+from assistant.session import explain, live, render, replies
+from assistant.session.live import QuitSession
 from assistant.session.answers import Share, parse_answer, parse_pick, parse_yes_no
 from assistant.intake import Intake, without_budget
 from common.catalog import get_lang, set_lang, t
-from probes.base import Cancelled
 from probes.result import ProbeResult
 from probes.units import fmt_size
-
-
-SPARK = "▁▂▃▄▅▆▇█"
 
 
 def _same_words(reason: str, question: str) -> bool:
@@ -41,6 +34,12 @@ def _same_words(reason: str, question: str) -> bool:
     return not r or r in q or q in r
 
 
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return t("ui.yes" if v else "ui.no")
+    return str(v)
+
+
 def _answer_line(answer: dict, want: int | None) -> str:
     """One verified answer as the pick question lists it."""
     cfg = answer["config"]
@@ -48,19 +47,6 @@ def _answer_line(answer: dict, want: int | None) -> str:
               want=want or "?")
     return t("ui.pick.answer", model=cfg.get("model"), ctx=cfg.get("max_context_len"),
              quant=cfg.get("quant_type") or "?", meets=meets)
-
-
-class QuitSession(Exception):
-    """The user typed /quit or pressed Ctrl-C twice."""
-
-
-def sparkline(values: list[int], width: int = 40) -> str:
-    if not values:
-        return ""
-    values = values[-width:]
-    lo, hi = min(values), max(values)
-    span = hi - lo or 1
-    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in values)
 
 
 class AutoUI:
@@ -216,7 +202,9 @@ class ChatUI:
             self.say(text)
             if reason and not _same_words(reason, text):
                 self.console.print(Text(t("ui.reason", reason=reason), style="dim"))
-            line = self.read(text)
+            line = self.heard(self.read(text), {"action": "ask", "question": question}, reason, asked=question)
+            if line is None:
+                continue  # a question of the user's was answered, or an earlier answer corrected
             if line.strip() == "/skip":
                 self.console.print(t("ui.skipped"))
                 self.history.append((question, None))
@@ -255,7 +243,10 @@ class ChatUI:
             return guess
         while True:
             self.say(text)
-            line = self.read(text).strip()
+            line = self.heard(self.read(text), None)
+            if line is None:
+                continue
+            line = line.strip()
             said = parse_yes_no(line)
             if line == "" or said is True:
                 return guess
@@ -271,6 +262,48 @@ class ChatUI:
             if value:
                 return value
             self.console.print(t("ui.bad_answer", what=t("answers.what.size")))
+
+    def heard(self, line: str, step: dict | None, reason: str = "", asked: str | None = None) -> str | None:
+        """The reply as the question's own reader takes it ("go back" is
+        "/back", "跳过" is "/skip"), or None when it was not an answer: a
+        question, answered here in the session's language, or a correction
+        of an earlier answer ("actually it's qwen2.5:7b"), passed to the
+        rules as the newest answer. The caller then asks its question again."""
+        if line.strip().startswith("/"):
+            return line
+        reply = replies.read_reply(line)
+        if reply.kind == replies.BACK:
+            return "/back"
+        if reply.kind == replies.SKIP:
+            return "/skip"
+        if reply.kind == replies.QUESTION:
+            for text in explain.answer(reply, step, reason):
+                self.say(text)
+            return None
+        if replies.correction(line) and self._corrected(line, asked):
+            return None
+        return line
+
+    def _corrected(self, line: str, asked: str | None) -> bool:
+        """Post what a correcting reply says of fields other than the one
+        being asked; True when it said any."""
+        from assistant.intake import parse
+
+        if self.advisor is None or self.session is None:
+            return False
+        read = parse(line, tags=self.tags())
+        # the budget is the limit every measurement so far was judged against: not changed mid-session
+        fields = {"model": read.model, "want_ctx": read.want_ctx, "want_parallel": read.want_parallel,
+                  "keep_context": read.keep_context}
+        said = {k: v for k, v in fields.items() if v is not None and k != asked}
+        if not said or (asked in fields and fields[asked] is not None):
+            return False  # an answer to the question asked, in a correcting voice
+        if "model" in said:
+            self.session.model = str(said["model"])
+        self.advisor.post_many([{"kind": "answer", "question": k, "value": v} for k, v in said.items()])
+        shown = ", ".join(f"{t(f'ui.field.{k}')} {_value(v)}" for k, v in said.items())
+        self.say(t("ui.corrected", fields=shown))
+        return True
 
     def tags(self, world=None) -> list[str] | None:
         """The models the server has, to read a model name from an answer; None
@@ -306,11 +339,16 @@ class ChatUI:
         if step["action"] == "change":
             text = t("ui.consent.change", knob=step.get("knob"), old=step.get("from"), new=step.get("to"))
         else:
-            model = (step.get("args") or {}).get("model") or (self.session.model if self.session else "")
+            args = step.get("args") or {}  # a retest's model is its config's (a lower-bit tag), not the session's
+            model = args.get("model") or (args.get("config") or {}).get("model") or (self.session.model if self.session else "")
             text = t("ui.consent.probe", probe=step["probe"], model=model, what=t(f"ui.what.{step['probe']}"))
+        reason = step.get("reason_zh") if get_lang() == "zh" else step.get("reason")
         while True:
             self.say(text)
-            line = self.read(text).strip().lower()
+            line = self.heard(self.read(text), step, reason or "")
+            if line is None:
+                continue
+            line = line.strip().lower()
             if line == "/back":
                 self.go_back(list(self.history))
                 continue
@@ -320,6 +358,7 @@ class ChatUI:
             if said is False or line == "/skip":
                 self.console.print(t("ui.skipped"))
                 return False
+            self.console.print(t("ui.bad_answer", what=t("answers.what.yesno")))
 
     def pick(self, chosen: dict, other: dict, want: int | None) -> bool:
         """Both answers were verified: the user says which one the files write
@@ -330,10 +369,13 @@ class ChatUI:
         while True:
             self.say(text)
             try:
-                line = self.read(text).strip()
+                line = self.heard(self.read(text), None)
             except QuitSession:  # everything is measured: leaving keeps the method's choice, nothing lost
                 self.console.print(t("ui.pick.kept"))
                 return False
+            if line is None:
+                continue
+            line = line.strip()
             if line in ("", "/skip"):
                 return False
             if line == "/back":
@@ -344,65 +386,33 @@ class ChatUI:
             self.console.print(t("ui.bad_answer", what=t("ui.pick.what")))
 
     def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
-        box: dict = {}
-        # an Event, not worker.is_alive(): on CPython 3.11-3.12 a join cut by Ctrl-C leaves
-        # the thread reading as finished while its probe still runs (and restores the server)
-        done = threading.Event()
+        return live.run_probe(self.console, label, work, env)
 
-        def target():
+    def after_stop(self, label: str) -> str:
+        """The probe was stopped (Ctrl-C; the server is as it was, and nothing
+        it measured is used): "again", "skip" or "stop" (the session ends as
+        stopped; ``oomvet resume`` goes on from here later). Enter runs it
+        again; ``--auto`` and the end of input stop."""
+        if self.auto:
+            return "stop"
+        text = t("ui.after_stop", probe=label)
+        while True:
+            self.say(text)
             try:
-                box["result"] = work()
-            except BaseException as exc:  # handed to the main thread
-                box["error"] = exc
-            finally:
-                done.set()
-
-        worker = threading.Thread(target=target, name=f"probe-{label}", daemon=True)
-        state = {"step": None}
-        old_progress = env.progress
-        env.progress = lambda event, data: state.__setitem__("step", data.get("step")) if event == "step" else None
-        env.cancel.clear()
-        worker.start()
-        interrupted = False
-        try:
-            with Live(self._panel(label, state, env), console=self.console, refresh_per_second=8,
-                      transient=True) as live:
-                while not done.is_set():
-                    try:
-                        done.wait(0.12)
-                        live.update(self._panel(label, state, env, stopping=interrupted))
-                    except KeyboardInterrupt:
-                        if interrupted:
-                            raise QuitSession() from None
-                        interrupted = True
-                        env.cancel.set()
-                        self.console.print(t("ui.probe.stopping"))
-        finally:
-            env.progress = old_progress
-        if "error" in box:
-            if isinstance(box["error"], Cancelled) or interrupted:
-                self.console.print(t("ui.probe.stopped"))
-                raise Cancelled("stopped by the user")
-            raise box["error"]
-        if interrupted:
-            self.console.print(t("ui.probe.stopped"))
-            raise Cancelled("stopped by the user")
-        return box["result"]
-
-    def _panel(self, label: str, state: dict, env, stopping: bool = False) -> Panel:
-        step = state.get("step")
-        limit = env.limit_bytes
-        used = peak = 0
-        values: list[int] = []
-        if step is not None:
-            values = [max(0, u - step.idle_bytes) for _, u in step.sampler.timeline]
-            used = values[-1] if values else 0
-            peak = step.peak
-        bar = ProgressBar(total=float(limit or max(peak, 1)), completed=float(min(used, limit or used)), width=40)
-        text = Text(t("ui.gauge", used=fmt_size(used), limit=fmt_size(limit), peak=fmt_size(peak)))
-        title = t("ui.probe.stopping") if stopping else t("ui.probe.running", name=label)
-        return Panel(Group(Text(step.name if step else label, style="bold"), bar, text,
-                           Text(sparkline(values), style="green")), title=title, title_align="left")
+                line = self.heard(self.read(text), None)
+            except QuitSession:
+                return "stop"
+            if line is None:
+                continue
+            line = line.strip()
+            if line in ("", "/back"):
+                return "again"
+            if line == "/skip":
+                return "skip"
+            choice = replies.after_stop(line)
+            if choice:
+                return choice
+            self.console.print(t("ui.bad_answer", what=t("ui.after_stop.what")))
 
     def show(self, event: str, **data) -> None:
         if event == "probe_result":
