@@ -339,6 +339,7 @@ class ProbeDone(_Fact):
     probe: Literal[PROBES]
     ok: bool
     error: str | None = ABSENT
+    skipped: bool = ABSENT  # the user declined it, or stopped it and chose to skip it: nothing was measured
 
 
 class Refusal(_Fact):

@@ -142,6 +142,8 @@ with TREE:
     @deciding_rule(141, finished_in("quant"))
     def quant_ladder_read(st):
         st["quant_probed_tag"] = st["tag"]
+        if st["probe_skipped"]:  # declined or skipped: no level was measured, none is ruled out
+            st["quant_refused"] = True
         if st["quant_recheck"]:
             moves.say_recheck(st)
         moves.to_plan(st)

@@ -53,6 +53,11 @@ with TREE:
     def look_for_lower_quant(st):
         return steps.probe(st, "quant")
 
+    @deciding_rule(169, PLAN & (state.problem == "weights") & (state.quant_refused == True))  # noqa: E712
+    def weights_without_lower_quant(st):
+        # the user declined the lower-bit levels: none was measured, so none is said not to fit
+        return steps.done(st, False, "quant_declined")
+
     @deciding_rule(175, PLAN & (state.problem == "weights"))
     def weights_need_another_device(st):
         return steps.done(st, False, "another_device")

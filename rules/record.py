@@ -145,6 +145,7 @@ def _refuse_pending(st: dict) -> None:
 
 def finish_probe(st: dict, f: dict) -> None:
     st["finished"] = True
+    st["probe_skipped"] = bool(f.get("skipped"))
     if not f.get("ok", True):
         st["probe_error"] = f.get("error") or "the probe reported a failure"
 

@@ -66,6 +66,7 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "slots_checked": False,     # fewer slots than the server's were measured against them
         # readings of the probe now running (reset when it is requested)
         "probe_error": "",
+        "probe_skipped": False,     # the user declined or skipped it: no evidence either way
         "load": "none",
         "load_reading": {},
         "tiers": [],

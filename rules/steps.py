@@ -173,6 +173,7 @@ def _await(st: dict, name: str) -> None:
     st["awaiting"] = name
     st["finished"] = False
     st["probe_error"] = ""
+    st["probe_skipped"] = False
     if name == "reproduce":
         st.update(repro="unrun", repro_tried=True, repro_at={})
     elif name == "baseline":

@@ -15,7 +15,9 @@ def run_chat(argv: list[str], lines: list[str], width: int = 110) -> tuple[int, 
     set_lang(None)
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     stream = io.StringIO("".join(f"{line}\n" for line in lines))
-    args = build_parser().parse_args(["chat", *argv])
+    parser = build_parser()
+    parser.set_defaults(argv=["chat", *argv])  # as the CLI does: journalled, so `oomvet resume` can go on
+    args = parser.parse_args(["chat", *argv])
     try:
         rc = cmd_chat.run(args, console=console, stream=stream)
     finally:

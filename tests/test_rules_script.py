@@ -136,11 +136,13 @@ class ScriptError(AssertionError):
 
 class Script:
     """Replies to steps from queues: ``answers`` by question, one list of facts
-    per probe run, one stability outcome per retest, and remedies to refuse."""
+    per probe run, one stability outcome per retest, remedies to refuse and
+    probes the user declines (``skip``)."""
 
-    def __init__(self, answers=None, refuse=(), **queues):
+    def __init__(self, answers=None, refuse=(), skip=(), **queues):
         self.answers = dict(answers or {})
         self.refuse = list(refuse)
+        self.skip = list(skip)
         self.queues = {name: deque() for name in ("reproduce", "baseline", "context", "quant", "backend",
                                                   "stability")}
         for name, replies in queues.items():
@@ -169,6 +171,10 @@ class Script:
                 return [{"kind": "refusal", "remedy": step["remedy"]}]
             return self._stability(step["config"], step)
         if action == "probe":
+            if step["probe"] in self.skip:  # declined at consent, as the session posts it
+                self.skip.remove(step["probe"])
+                return [{"kind": "probe_done", "probe": step["probe"], "ok": False, "error": "skipped by the user",
+                         "skipped": True}]
             if step["probe"] == "stability":
                 return self._stability(step["args"]["config"], step)
             if step["probe"] == "reproduce" and not self.queues["reproduce"]:

@@ -140,19 +140,17 @@ class Session:
         raise RuntimeError(f"no conclusion after {MAX_STEPS} steps")
 
     def _probe(self, advisor: Advisor, step: dict) -> dict:
-        if not self.ui.consent(step):
-            self._record(step, summary=t("session.skipped", self.lang), ok=None)
-            return advisor.post({"kind": "probe_done", "probe": step["probe"], "ok": False,
-                                 "error": "skipped by the user"})
         name, args = step["probe"], dict(step.get("args") or {})
-        env = self.world.env
-        work = self._probe_work(name, args, env)
-        result = self._run(f"{name}", work, env)
+        result = SKIPPED
+        if self.ui.consent(step):
+            env = self.world.env
+            result = self._run(f"{name}", self._probe_work(name, args, env), env)
         if result is None:
             return self._stopped(advisor, step, name)
-        if result is SKIPPED:  # stopped, then skipped: as if declined
+        if result is SKIPPED:  # declined, or stopped and then skipped: nothing measured, no verdict
             self._record(step, summary=t("session.skipped", self.lang), ok=None)
-            return advisor.post({"kind": "probe_done", "probe": name, "ok": False, "error": "skipped by the user"})
+            return advisor.post({"kind": "probe_done", "probe": name, "ok": False, "error": SKIPPED.error,
+                                 "skipped": True})
         return self._post_result(advisor, step, name, result)
 
     def _stopped(self, advisor: Advisor, step: dict, name: str) -> dict:

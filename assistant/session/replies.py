@@ -69,10 +69,22 @@ def has(text_or_tokens, key: str, name: str = "replies.yaml") -> bool:
     return any(tuple(toks[i:i + len(p)]) == p for p in phrases(key, name) for i in range(len(toks) - len(p) + 1))
 
 
-def whole(text: str, key: str) -> bool:
-    """Whether the reply, less punctuation and fillers, is one phrase of ``key``."""
-    toks = [x for x in tokens(text) if _TOKEN.fullmatch(x) and x.strip("?？.。!！,，")]
-    return bool(toks) and tuple(toks) in set(phrases(key))
+def steers(text: str, key: str) -> bool:
+    """Whether the reply is a phrase of ``key`` ("back", "skip") with at most
+    the words that stand around one ("go back to the previous question",
+    "返回上一步", "这个问题跳过吧") and punctuation: nothing else it could mean."""
+    toks = [x for x in tokens(text) if x.strip("?？.。!！,，~、")]
+    seen, i = False, 0
+    while i < len(toks):
+        p = _starts(toks[i:], key)
+        if p:
+            seen, i = True, i + len(p)
+            continue
+        p = _starts(toks[i:], "steer_words")
+        if not p:
+            return False
+        i += len(p)
+    return seen
 
 
 def yes_no(text: str) -> bool | None:
@@ -123,9 +135,9 @@ def is_question(text: str) -> bool:
 def read_reply(text: str) -> Reply:
     """What kind of reply ``text`` is (its value is read by the answers parser)."""
     text = str(text).strip()
-    if whole(text, "back"):
+    if steers(text, "back"):
         return Reply(BACK, text)
-    if whole(text, "skip"):
+    if steers(text, "skip"):
         return Reply(SKIP, text)
     if is_question(text) and yes_no(text) is None:
         return Reply(QUESTION, text, why=has(text, "why_words"))
