@@ -5,6 +5,7 @@ the probe (the probe restores the server) and raises
 """
 from __future__ import annotations
 
+import signal
 import threading
 from typing import Callable
 
@@ -36,9 +37,13 @@ def sparkline(values: list[int], width: int = 40) -> str:
 
 
 def run_probe(console: Console, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
-    """Run ``work`` in a thread while a live panel shows its memory; Ctrl-C
-    stops the probe (it restores the server) and raises Cancelled, a second
-    Ctrl-C quits."""
+    """Run ``work`` in a thread while a live panel shows its memory. Ctrl-C
+    asks the probe to stop (``env.cancel``); once it has ended, and so put
+    the server back, Cancelled is raised. A second Ctrl-C quits the chat
+    (QuitSession). While the panel is up, Ctrl-C only sets a flag (a handler
+    of its own): a KeyboardInterrupt landing wherever the panel's code
+    happens to be, as it is drawn or taken down, once left a refresh running
+    and the chat hung."""
     box: dict = {}
     # an Event, not worker.is_alive(): on CPython 3.11-3.12 a join cut by Ctrl-C leaves
     # the thread reading as finished while its probe still runs (and restores the server)
@@ -54,26 +59,31 @@ def run_probe(console: Console, label: str, work: Callable[[], ProbeResult], env
 
     worker = threading.Thread(target=target, name=f"probe-{label}", daemon=True)
     state = {"step": None}
+    presses = {"n": 0}
+
+    def on_ctrl_c(signum, frame):
+        presses["n"] += 1
+        env.cancel.set()
+
     old_progress = env.progress
     env.progress = lambda event, data: state.__setitem__("step", data.get("step")) if event == "step" else None
     env.cancel.clear()
-    worker.start()
-    interrupted = False
+    old_handler = _handle_sigint(on_ctrl_c)
     try:
-        with Live(_panel(label, state, env), console=console, refresh_per_second=8,
-                  transient=True) as live:
-            while not done.is_set():
-                try:
-                    done.wait(0.12)
-                    live.update(_panel(label, state, env, stopping=interrupted))
-                except KeyboardInterrupt:
-                    if interrupted:
-                        raise QuitSession() from None
-                    interrupted = True
-                    env.cancel.set()
+        worker.start()
+        said = 0
+        with Live(_panel(label, state, env), console=console, refresh_per_second=8, transient=True) as live:
+            while not done.wait(0.12):
+                if presses["n"] > 1:
+                    raise QuitSession()
+                if presses["n"] and not said:
+                    said = 1
                     console.print(t("ui.probe.stopping"))
+                live.update(_panel(label, state, env, stopping=bool(presses["n"])))
     finally:
+        _handle_sigint(old_handler)
         env.progress = old_progress
+    interrupted = presses["n"] > 0
     if "error" in box:
         if isinstance(box["error"], Cancelled) or interrupted:
             console.print(t("ui.probe.stopped"))
@@ -84,6 +94,13 @@ def run_probe(console: Console, label: str, work: Callable[[], ProbeResult], env
         raise Cancelled("stopped by the user")
     return box["result"]
 
+
+def _handle_sigint(handler):
+    """Install ``handler`` for SIGINT and return the one it replaces; off the
+    main thread (where Python refuses), nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or handler is None:
+        return None
+    return signal.signal(signal.SIGINT, handler)
 
 
 def _panel(label: str, state: dict, env, stopping: bool = False) -> Panel:
