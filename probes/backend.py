@@ -118,6 +118,8 @@ def _measure(env: ProbeEnv, model: str, settings: dict, cost, label: str, result
     answered = load.ok and all(g is not None and g.ok for g in gens)
     result.charts.append(step.chart())
     result.rows.append({"setting": label, "num_ctx": num_ctx, "requests": requests, "peak": step.peak,
-                        "error": (errors[0][:80] if errors else None)})
+                        # a Note stays one (the chat says it in the session's language); text is cut short
+                        "error": (errors[0] if getattr(errors[0], "key", None) else errors[0][:80]) if errors
+                        else None})
     placement = {"placement": loaded.placement} if loaded is not None else {}
     return step.peak, (answered, errors[0] if errors else None), {**step.reading(), **placement}

@@ -101,6 +101,11 @@ class _Loose(dict):
         return "?"
 
 
+#: the context tiers and the finish reasons Ollama gives, each with its Chinese word in the catalog
+TIERS = ("short", "medium", "long")
+DONE_REASONS = ("length", "stop", "load", "unload")
+
+
 def register_readings(rows: Iterable[Reading]) -> None:
     """Register each row as a reading rule in :data:`TREE` (call inside ``with TREE:``)."""
     for row in rows:
@@ -122,6 +127,10 @@ def _register_reading(row: Reading) -> None:
         placement = posted.get("placement")
         fields["placement_zh"] = (t(f"rulebook.placement.{placement}", "zh")
                                   if placement in ("gpu", "partial", "cpu") else "?")
+        # a tier's name and a retest's finish reason are words, said in Chinese in a Chinese sentence
+        tier, reason = posted.get("name"), posted.get("done_reason")
+        fields["name_zh"] = t(f"rulebook.tier.{tier}", "zh") if tier in TIERS else fields["name"]
+        fields["done_reason_zh"] = t(f"rulebook.done.{reason}", "zh") if reason in DONE_REASONS else fields["done_reason"]
         if posted.get("requests") is not None:  # a reproduction: the load it sent
             key = "rulebook.load.alone" if not posted["requests"] else "rulebook.load.at_once"
             fields["load"], fields["load_zh"] = (t(key, lang, n=posted["requests"]) for lang in ("en", "zh"))

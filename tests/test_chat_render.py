@@ -56,7 +56,7 @@ def test_a_one_row_result_has_no_empty_header_row(lang):
 def test_labels_and_notes_speak_the_session_language(lang):
     screen = _screen(render.probe_result(_context(), 120), 120)
     if lang == "zh":
-        assert "探测 context — 已完成" in screen and "峰值" in screen and "档位" in screen
+        assert "探测 上下文 — 已完成" in screen and "峰值" in screen and "档位" in screen
         assert "在档位 long（num_ctx 32768）停止：显存不足" in screen
         assert "sent tokens" not in screen and "out of memory" not in screen
     else:

@@ -24,7 +24,7 @@ def english_only_lines(screen: str) -> list[str]:
     bad = []
     for line in screen.splitlines():
         text = line.strip()
-        if not text or _CJK.search(text) or text.startswith(("你>", "you>")):
+        if not text or _CJK.search(text) or text.startswith(("你>", "you>", "you / 你>")):
             continue
         words = [w for w in _WORD.findall(text) if w.lower() not in _NOT_PROSE]
         if len(words) >= 2:
@@ -39,7 +39,7 @@ def english_words_in_chinese_lines(screen: str) -> list[str]:
     bad = []
     for line in screen.splitlines():
         text = line.strip()
-        if not _CJK.search(text) or text.startswith(("你>", "you>", "oomvet — tell me")):
+        if not _CJK.search(text) or text.startswith(("你>", "you>", "you / 你>", "oomvet — tell me", "oomvet — 请描述")):
             continue
         bad += [f"{w}: {text}" for w in _WORD.findall(text) if w.lower() not in _NOT_PROSE]
     return bad

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from assistant.files.atomic import check_out_dir
 from assistant.files.deliver import deliver
-from common.catalog import set_lang, t
+from common.catalog import get_lang, set_lang, t
 from common.errors import ExitCode
 from assistant.intake import parse as parse_intake
 from assistant.intake import learned, without_budget
@@ -47,9 +47,13 @@ def run(args, console: Console | None = None, stream=None, *, resume_log=None) -
     log = None
     try:
         if resume_log is None:
-            console.print(Text(t("chat.hello"), style="bold"))
+            # before the first message its language is not known: the greeting is in both,
+            # the session's own first (a --lang, else the locale's)
+            langs = [args.lang] if args.lang else sorted(("en", "zh"), key=lambda x: x != get_lang())
+            for lang in langs:
+                console.print(Text(t("chat.hello", lang), style="bold"))
             learned.warm_up()  # fitted while the user types the first message
-            first = ui.read("")
+            first = ui.read("", first=not args.lang)
             intake = parse_intake(first)
             if args.llm:
                 intake = _with_llm(intake, first, args, options, console)

@@ -42,11 +42,11 @@ def render_files(doc: Mapping[str, Any], lang: str | None = None) -> dict[str, s
     files = {CONFIG_NAME: dump_config(doc, lang)}
     if not doc.get("model"):
         return files
-    files[MODELFILE_NAME] = modelfile_text(doc)
-    files[ENV_NAME] = env_file_text(doc)
-    files[DROPIN_NAME] = systemd_dropin_text(doc)
-    files[LLAMA_SERVER_NAME] = llama_server_text(doc)
-    files[VLLM_NAME] = vllm_text(doc)
+    files[MODELFILE_NAME] = modelfile_text(doc, lang)
+    files[ENV_NAME] = env_file_text(doc, lang)
+    files[DROPIN_NAME] = systemd_dropin_text(doc, lang)
+    files[LLAMA_SERVER_NAME] = llama_server_text(doc, lang)
+    files[VLLM_NAME] = vllm_text(doc, lang)
     return files
 
 
@@ -69,12 +69,13 @@ def created_model_name(doc: Mapping[str, Any]) -> str:
     return f"{base}-oomvet:{tag}" if tag else f"{base}-oomvet"
 
 
-def modelfile_text(doc: Mapping[str, Any]) -> str:
-    """``FROM <tag>`` plus a PARAMETER line per load-time option."""
+def modelfile_text(doc: Mapping[str, Any], lang: str | None = None) -> str:
+    """``FROM <tag>`` plus a PARAMETER line per load-time option; the
+    comments in ``lang`` (the session's)."""
     section = ollama_of(doc)
-    lines = _header(doc, "Modelfile") + [
-        f"# Create:  ollama create {created_model_name(doc)} -f Modelfile",
-        f"# quant_type {doc.get('quant_type')} is the tag in FROM; num_ctx and num_batch are load-time options",
+    lines = _header(doc, "Modelfile", lang) + [
+        t("files.modelfile.create", lang, name=created_model_name(doc)),
+        t("files.modelfile.options", lang, quant=doc.get("quant_type")),
         f"FROM {section['from']}",
     ]
     for name, value in (section.get("parameters") or {}).items():
@@ -90,39 +91,37 @@ def server_env(doc: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     return env, optional
 
 
-def env_file_text(doc: Mapping[str, Any]) -> str:
+def env_file_text(doc: Mapping[str, Any], lang: str | None = None) -> str:
     """KEY=value lines that both systemd ``EnvironmentFile=`` and a POSIX shell read."""
-    lines = _header(doc, "ollama.env") + [
-        "# Server settings: they take effect when the Ollama server (re)starts.",
-        "#   systemd:  EnvironmentFile=/path/to/ollama.env   (or use oomvet-ollama.conf)",
-        "#   a shell:  set -a; . ./ollama.env; set +a; ollama serve",
-    ]
-    lines += _env_lines(doc, lambda k, v: f"{k}={_env_value(v)}", off="# ")
+    lines = _header(doc, "ollama.env", lang) + [t("files.env.when", lang), t("files.env.systemd", lang),
+                                                t("files.env.shell", lang)]
+    lines += _env_lines(doc, lambda k, v: f"{k}={_env_value(v)}", off="# ", lang=lang)
     return "\n".join(lines) + "\n"
 
 
-def systemd_dropin_text(doc: Mapping[str, Any]) -> str:
+def systemd_dropin_text(doc: Mapping[str, Any], lang: str | None = None) -> str:
     """A ``[Service] Environment=...`` drop-in for the ollama systemd unit."""
-    lines = _header(doc, DROPIN_NAME) + [
-        "# For Linux installs where systemd runs the server (the official install script does).",
-        f"# Install:  sudo mkdir -p {DROPIN_DIR}",
+    lines = _header(doc, DROPIN_NAME, lang) + [
+        t("files.dropin.for", lang),
+        t("files.dropin.install", lang, command=f"sudo mkdir -p {DROPIN_DIR}"),
         f"#           sudo cp {DROPIN_NAME} {DROPIN_DIR}/{DROPIN_NAME}",
         "#           sudo systemctl daemon-reload && sudo systemctl restart ollama",
         "[Service]",
     ]
-    lines += _env_lines(doc, _systemd_line, off="#")
+    lines += _env_lines(doc, _systemd_line, off="#", lang=lang)
     return "\n".join(lines) + "\n"
 
 
-def _env_lines(doc: Mapping[str, Any], line: Callable[[str, str], str], off: str) -> list[str]:
+def _env_lines(doc: Mapping[str, Any], line: Callable[[str, str], str], off: str, lang: str | None = None) -> list[str]:
     """The server variables as ``line`` writes them; each optional one after
     a comment saying why, itself commented out with ``off``."""
     env, optional = server_env(doc)
     lines = [line(k, v) for k, v in env.items()]
     if not env:  # the server already runs with what the config needs: its own settings stay
-        lines.append("# " + t("outputs.env_none", "en"))
+        lines.append("# " + t("outputs.env_none", lang))
     for key, value in optional.items():
-        lines.append(f"# optional: {_OPTIONAL_WHY.get(key, '')}".rstrip())
+        why = t(f"files.optional.{key}", lang) if key in OPTIONAL_KEYS else ""
+        lines.append(t("files.optional", lang, why=why).rstrip())
         lines.append(off + line(key, value))
     return lines
 
@@ -131,10 +130,8 @@ def _systemd_line(key: str, value: str) -> str:
     return f'Environment="{key}={_systemd_value(value)}"'
 
 
-_OPTIONAL_WHY = {
-    "OLLAMA_CONTEXT_LENGTH": "default num_ctx for requests that do not set one (e.g. to the base model)",
-    "OLLAMA_GPU_OVERHEAD": "Ollama's nearest knob to gpu_memory_utilization: reserve (1 - u) x total bytes per GPU",
-}
+#: the optional server settings, each with why in the catalog (``files.optional.<key>``)
+OPTIONAL_KEYS = ("OLLAMA_CONTEXT_LENGTH", "OLLAMA_GPU_OVERHEAD")
 
 
 def restart_commands(doc: Mapping[str, Any], ollama_bin: str = "ollama", lang: str | None = None) -> list[str]:
@@ -164,7 +161,7 @@ def restart_commands(doc: Mapping[str, Any], ollama_bin: str = "ollama", lang: s
 
 # ---------------------------------------------------------------- other backends
 
-def llama_server_text(doc: Mapping[str, Any]) -> str:
+def llama_server_text(doc: Mapping[str, Any], lang: str | None = None) -> str:
     """The same recommendation as llama.cpp ``llama-server`` flags (translated, not measured)."""
     ctx, batch = doc.get("max_context_len"), doc.get("max_batch_size")
     parallel = doc.get("max_concurrency") or 1
@@ -178,19 +175,18 @@ def llama_server_text(doc: Mapping[str, Any]) -> str:
     args += ["-np", str(parallel)]
     if kv != "f16":
         args += ["-fa", "on", "--cache-type-k", kv, "--cache-type-v", kv]
-    lines = _header(doc, LLAMA_SERVER_NAME) + [
-        "# TRANSLATED, NOT MEASURED: oomvet verified these values on Ollama only.",
-        "# Retest before relying on them (llama.cpp's own buffers differ from Ollama's).",
-        f"# /path/to/model.gguf: the GGUF behind {doc.get('model')}; `ollama show --modelfile {doc.get('model')}` prints it on its FROM line.",
-        f"# -c is the total context for all slots: max_context_len {ctx} x max_concurrency {parallel}.",
-        "# Quantized KV cache needs flash attention; llama.cpp builds before the on/off/auto",
-        "# switch take a bare -fa instead of -fa on.",
+    lines = _header(doc, LLAMA_SERVER_NAME, lang) + [
+        t("files.translated", lang),
+        t("files.llama.retest", lang),
+        t("files.llama.path", lang, model=doc.get("model")),
+        t("files.llama.ctx", lang, ctx=ctx, parallel=parallel),
+        t("files.llama.fa", lang),
         " ".join(shlex.quote(a) for a in args),
     ]
     return "\n".join(lines) + "\n"
 
 
-def vllm_text(doc: Mapping[str, Any]) -> str:
+def vllm_text(doc: Mapping[str, Any], lang: str | None = None) -> str:
     """The same recommendation as ``vllm serve`` flags (translated, not measured)."""
     ctx, parallel = doc.get("max_context_len"), doc.get("max_concurrency") or 1
     util, kv = doc.get("gpu_memory_utilization"), doc.get("kv_cache") or "f16"
@@ -202,16 +198,12 @@ def vllm_text(doc: Mapping[str, Any]) -> str:
     if util is not None:
         args += ["--gpu-memory-utilization", str(util)]
     args += ["--kv-cache-dtype", _VLLM_KV.get(kv, "auto")]
-    lines = _header(doc, VLLM_NAME) + [
-        "# TRANSLATED, NOT MEASURED: oomvet verified these values on Ollama only.",
-        "# vLLM reserves gpu_memory_utilization x total up front for weights + KV cache; retest.",
-        f"# quant_type {doc.get('quant_type')}: vLLM can load the same GGUF file (experimental) with the",
-        "#   original model's tokenizer; with a Hugging Face checkpoint instead, Q8_0 is closest to",
-        "#   --quantization fp8, and Q4 levels to an AWQ / GPTQ checkpoint (--quantization awq|gptq).",
-        f"# kv_cache {kv} -> --kv-cache-dtype {_VLLM_KV.get(kv, 'auto')}"
-        + (" (vLLM has no 4-bit KV cache; fp8 is its nearest)" if kv == "q4_0" else ""),
-        f"# max_batch_size {doc.get('max_batch_size')} ~ --max-num-batched-tokens (optional; vLLM's default"
-        " chunked prefill usually does better)",
+    lines = _header(doc, VLLM_NAME, lang) + [
+        t("files.translated", lang),
+        t("files.vllm.reserve", lang),
+        t("files.vllm.gguf", lang, quant=doc.get("quant_type")),
+        t("files.vllm.kv", lang, kv=kv, dtype=_VLLM_KV.get(kv, "auto")) + (t("files.vllm.kv4", lang) if kv == "q4_0" else ""),
+        t("files.vllm.batch", lang, batch=doc.get("max_batch_size")),
         " ".join(shlex.quote(a) for a in args),
     ]
     return "\n".join(lines) + "\n"
@@ -219,13 +211,11 @@ def vllm_text(doc: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------- helpers
 
-def _header(doc: Mapping[str, Any], name: str) -> list[str]:
+def _header(doc: Mapping[str, Any], name: str, lang: str | None = None) -> list[str]:
     gen = doc.get("generated") or {}
-    verified = "verified on this machine" if doc.get("verified") else "NOT verified"
-    return [
-        f"# {name}: written by {gen.get('by') or f'oomvet {__version__}'} on {gen.get('at') or '?'}"
-        f" for {doc.get('model')} ({verified}); see oomvet.yaml",
-    ]
+    verified = t("files.verified" if doc.get("verified") else "files.not_verified", lang)
+    return [t("files.header", lang, name=name, by=gen.get("by") or f"oomvet {__version__}", at=gen.get("at") or "?",
+              model=doc.get("model"), verified=verified)]
 
 
 def _param_value(value: Any) -> str:

@@ -16,6 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 from common.catalog import t
+from assistant.session.render import probe_name
 from probes.base import Cancelled
 from probes.result import ProbeResult
 from probes.units import fmt_size
@@ -114,7 +115,7 @@ def _panel(label: str, state: dict, env, stopping: bool = False) -> Panel:
         peak = step.peak
     bar = ProgressBar(total=float(limit or max(peak, 1)), completed=float(min(used, limit or used)), width=40)
     text = Text(t("ui.gauge", used=fmt_size(used), limit=fmt_size(limit), peak=fmt_size(peak)))
-    title = t("ui.probe.stopping") if stopping else t("ui.probe.running", name=label)
+    title = t("ui.probe.stopping") if stopping else t("ui.probe.running", name=probe_name(label))
     return Panel(Group(Text(step.name if step else label, style="bold"), bar, text,
                        Text(sparkline(values), style="green")), title=title, title_align="left")
 

@@ -21,9 +21,23 @@ from rich.text import Text
 from common.catalog import get_lang, t
 from probes.result import SIZE_KEYS
 from probes.units import fmt_size
+from rules.rulebook import DONE_REASONS
 from assistant.report.ledger import ledger_rows, others_note
 
 COMPACT_BELOW = 100  # columns
+#: the probes, each with its name in the catalog (``probe.name.<probe>``)
+PROBES = ("reproduce", "baseline", "context", "quant", "backend", "stability")
+KNOBS = ("max_context_len", "quant_type", "max_batch_size", "max_concurrency", "kv_cache")
+
+
+def knob_name(knob: str | None) -> str:
+    """A knob's name for a person: the key, with its meaning in Chinese."""
+    return t(f"knob.name.{knob}") if knob in KNOBS else str(knob)
+
+
+def probe_name(name: str) -> str:
+    """A probe's name in the session's language ("reproduce" is "复现" in Chinese)."""
+    return t(f"probe.name.{name}") if name in PROBES else name
 
 
 _NOTES = [
@@ -53,6 +67,8 @@ def cell(key: str, value: Any) -> str:
         return fmt_size(value)
     if key == "where" and value in ("gpu", "partial", "cpu"):
         return t(f"render.where.{value}")
+    if key == "done" and value in DONE_REASONS:  # Ollama's finish reason, a word in the session's language
+        return t(f"rulebook.done.{value}")
     if isinstance(value, float):
         return f"{value:.2f}"
     if isinstance(value, int) and abs(value) >= 1 << 20:
@@ -86,7 +102,7 @@ def probe_result(result, width: int, readings=(), auto: bool = False) -> Rendera
     """A probe result as a table (or, below 100 columns, one line per row),
     then how the rules read each measurement (``Advisor.readings()`` entries:
     the verdicts are theirs, the rows hold only what was measured)."""
-    title = Text(t("render.title", name=result.name, verdict=t("render.ok" if result.ok else "render.failed"),
+    title = Text(t("render.title", name=probe_name(result.name), verdict=t("render.ok" if result.ok else "render.failed"),
                    secs=result.wall_s or 0.0), style="bold")
     parts: list[RenderableType] = [title]
     columns = list(dict.fromkeys(k for row in result.rows for k in row))

@@ -70,7 +70,7 @@ class AutoUI:
     def run_probe(self, label: str, work: Callable[[], ProbeResult], env) -> ProbeResult:
         if self.quiet:
             return work()
-        with self.console.status(t("ui.probe.running", name=label)):
+        with self.console.status(t("ui.probe.running", name=render.probe_name(label))):
             return work()
 
     def show(self, event: str, **data) -> None:
@@ -144,10 +144,13 @@ class ChatUI:
         self.session, self.advisor = session, advisor
 
     # -- input ---------------------------------------------------------------
-    def read(self, prompt: str) -> str:
-        """One line from the user; slash commands that do not answer are handled here."""
+    def read(self, prompt: str, first: bool = False) -> str:
+        """One line from the user; slash commands that do not answer are
+        handled here. ``first``: the first message, whose language is not yet
+        known (the prompt is in both)."""
         while True:
-            self.console.print(f"[bold cyan]{t('ui.prompt')}>[/] ", end="")
+            who = f"{t('ui.prompt', 'en')} / {t('ui.prompt', 'zh')}" if first else t("ui.prompt")
+            self.console.print(f"[bold cyan]{who}>[/] ", end="")
             if self.stream is not None:
                 line = self.stream.readline()
                 if line == "":
@@ -337,11 +340,13 @@ class ChatUI:
         if self.auto:
             return True
         if step["action"] == "change":
-            text = t("ui.consent.change", knob=step.get("knob"), old=step.get("from"), new=step.get("to"))
+            text = t("ui.consent.change", knob=render.knob_name(step.get("knob")), old=step.get("from"),
+                     new=step.get("to"))
         else:
             args = step.get("args") or {}  # a retest's model is its config's (a lower-bit tag), not the session's
             model = args.get("model") or (args.get("config") or {}).get("model") or (self.session.model if self.session else "")
-            text = t("ui.consent.probe", probe=step["probe"], model=model, what=t(f"ui.what.{step['probe']}"))
+            text = t("ui.consent.probe", probe=render.probe_name(step["probe"]), model=model,
+                     what=t(f"ui.what.{step['probe']}"))
         reason = step.get("reason_zh") if get_lang() == "zh" else step.get("reason")
         while True:
             self.say(text)
@@ -395,7 +400,7 @@ class ChatUI:
         again; ``--auto`` and the end of input stop."""
         if self.auto:
             return "stop"
-        text = t("ui.after_stop", probe=label)
+        text = t("ui.after_stop", probe=render.probe_name(label))
         while True:
             self.say(text)
             try:

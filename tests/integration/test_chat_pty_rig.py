@@ -30,7 +30,7 @@ from tests.integration.helpers import MiB, rig_env
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\r")
-_PROMPT = re.compile(r"(?:你|you)> $")
+_PROMPT = re.compile(r"(?:你|you)> $")  # the first prompt, "you / 你> ", ends as the Chinese one does
 #: the reply that stands for Ctrl-C: sent as SIGINT once the named probe's panel is up
 CTRL_C = "^C"
 
@@ -92,7 +92,7 @@ def _questions_answered_by_the_message(lang: str) -> list[str]:
 CHATS = {
     "zh": ("neohorse-1:q8_0 只有 {mib}M 显存可用，上下文开到 8k 长文档就爆显存，上下文可以减少",
            ["KV 缓存是什么意思？", "为什么要先跑我的设置？", "好的，可以", "行，跑吧", "可以的", "先停吧"],
-           "KV 缓存：", "先原样运行你自己的设置", "探测 context 运行中"),
+           "KV 缓存：", "先原样运行你自己的设置", "探测 上下文 运行中"),
     "en": ("neohorse-1:q8_0 runs out of memory with 8k context on long documents. I only have {mib} MiB "
            "of VRAM free; a smaller context is fine.",
            ["what does KV cache mean?", "hm, why run my setup first?", "sure, go ahead", "yes please", "ok",
@@ -115,7 +115,7 @@ def test_a_pty_chat_in_natural_words_stopped_mid_probe_is_resumed_to_a_verified_
     assert t("ui.bad_answer", lang, what=t("answers.what.yesno", lang)) not in screen  # every reply read as meant
     flat = re.sub(r"\s", "", screen)  # the terminal wraps at 80 columns
     assert re.sub(r"\s", "", glossary) in flat and re.sub(r"\s", "", why) in flat, screen[-4000:]
-    assert re.sub(r"\s", "", t("ui.after_stop", lang, probe="context"))[:20] in flat, screen[-4000:]
+    assert re.sub(r"\s", "", t("ui.after_stop", lang, probe=t("probe.name.context", lang)))[:20] in flat, screen[-4000:]
     assert rc == 130, screen[-4000:]
     listed = subprocess.run([sys.executable, "-m", "assistant", "sessions", "--json"], capture_output=True,
                             text=True, cwd=ROOT, env={**os.environ, **state}, check=True)
