@@ -88,7 +88,8 @@ def test_the_server_in_one_line_like_ollama_ps(lang):
                      context_length=4096, quantization="F16")]
     line = render.ps_line(loaded)
     assert "neohorse-1:latest" in line and "600.00 MiB" in line and "50%/50% CPU/GPU" in line and "4096" in line
-    assert render.ps_line([]) == ("ollama ps：没有加载任何模型" if lang == "zh" else "ollama ps: nothing loaded")
+    assert render.ps_line([]) == ("ollama ps（探测已把服务器恢复原状之后）：没有加载任何模型" if lang == "zh"
+                                  else "ollama ps, now that the probe has put the server back: nothing loaded")
 
 
 def test_why_speaks_sentences_not_rule_names_or_raw_facts(lang):

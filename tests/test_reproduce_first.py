@@ -131,7 +131,7 @@ def test_a_failure_at_load_is_said_as_the_load_alone_not_as_requests():
     from assistant.session.loop import _reproduction
 
     seen = {"verdict": "over", "num_ctx": 4096, "num_parallel": 1, "requests": 0, "peak": 383 << 20}
-    assert "(4096 tokens, 1 slots, the load alone) peaked at 383.00 MiB" in _reproduction(seen, "en")
+    assert "(4096 tokens, slots: 1, the load alone) peaked at 383.00 MiB" in _reproduction(seen, "en")
     assert "仅加载" in _reproduction(seen, "zh") and "同时 0" not in _reproduction(seen, "zh")
 
 
@@ -141,5 +141,5 @@ def test_the_rules_reading_of_a_failure_at_load_says_the_load_alone_in_both_lang
                       Script(reproduce=[[over]], baseline=[[load()]], stability=[passed()],
                              context=[[tier("short", 2048, 11 * GiB), tier("long", 4096, 12 * GiB)]]))
     (note,) = [r for r in adv.readings().values() if r["rule"].startswith("repro_")]
-    assert "(4096 tokens, 1 slots, the load alone) peaked at 30.0 GiB" in note["note"]
+    assert "(4096 tokens, slots: 1, the load alone) peaked at 30.0 GiB" in note["note"]
     assert "仅加载" in note["note_zh"] and "同时 0" not in note["note_zh"]

@@ -62,7 +62,9 @@ def cell(key: str, value: Any) -> str:
     if isinstance(value, str) and getattr(value, "key", None) is not None:
         return note(value)
     if key == "drift/min" and isinstance(value, (int, float)):
-        return t("render.per_min", size=fmt_size(value))
+        return t("render.steady") if value == 0 else t("render.per_min", size=fmt_size(value))
+    if key == "idle" and value == 0:  # a process reader before the load: no model process to read yet
+        return t("render.idle_zero")
     if key in SIZE_KEYS and isinstance(value, (int, float)):  # the probes' own list of byte columns
         return fmt_size(value)
     if key == "where" and value in ("gpu", "partial", "cpu"):
