@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
+
+import pytest
 
 from matplotlib.image import imread
 
@@ -144,3 +147,23 @@ def test_a_limit_far_above_the_curve_is_written_not_drawn_so_the_curve_stays_rea
     png = chart_png({"name": "s", "baseline": 0, "peak": 306 * MiB, "limit": 22 * GiB,
                      "timeline": [[0.0, 300 * MiB], [1.0, 306 * MiB]]})
     assert png.startswith(b"\x89PNG")
+
+
+def test_a_chinese_chart_says_every_word_in_chinese_and_draws_the_fit_line():
+    # issue 30: axis, legend, title and marks in the session's language; the line the verdicts use is drawn
+    from assistant.report.chart import _cjk_font, chart_figure
+    from rules.thresholds import fit_limit
+
+    if _cjk_font() is None:  # scripts/setup.sh installs one, as CI runs it
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("no font with Chinese glyphs on this machine")
+    probe = {"name": "context num_ctx 2048", "timeline": [(0, 100 << 20), (1, 300 << 20), (2, 250 << 20)],
+             "baseline": 0, "peak": 300 << 20, "limit": 340 << 20, "marks": [(0.1, "load"), (1.0, "request 2")]}
+    fig = chart_figure(probe, "zh")
+    ax = fig.axes[0]
+    words = [ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), *(x.get_text() for x in ax.texts),
+             *(x.get_text() for x in ax.get_legend().get_texts())]
+    assert ax.get_title() == "上下文 num_ctx 2048" and "加载" in words and "请求 2" in words
+    assert any(w.startswith("合格线") for w in words)
+    assert (fit_limit(340 << 20) / (1 << 20)) in [line.get_ydata()[0] for line in ax.get_lines()]
+    english = [w for w in words if re.search(r"[A-Za-z]{3,}", re.sub(r"num_ctx|[KMG]iB", "", w))]
+    assert english == []

@@ -14,10 +14,15 @@ from typing import Any, Mapping
 
 from common.catalog import t
 from probes.units import fmt_size
+from rules.facts import PROBES
+from rules.thresholds import fit_limit
 
 
 _CJK_FONTS = ("Noto Sans CJK", "Noto Serif CJK", "Source Han", "WenQuanYi", "Droid Sans Fallback",
               "AR PL", "Noto Sans SC", "SimHei", "Microsoft YaHei", "PingFang", "Heiti")
+#: the same fonts as their files are named (lower case, no - or _)
+_CJK_FILES = ("notosanscjk", "notoserifcjk", "sourcehan", "wqy", "droidsansfallback", "uming", "ukai", "simhei",
+              "msyh", "pingfang")
 
 
 #: a limit more than this many times the chart's highest value is written, not drawn
@@ -35,8 +40,33 @@ def chart_top(data_top: float, limit: float | None) -> tuple[float, bool]:
     return max(data_top, limit), False
 
 
+def chart_title(name: str, lang: str) -> str:
+    """A chart's name ("context num_ctx 2048") with the probe's name in ``lang``."""
+    first, _, rest = name.partition(" ")
+    return f"{t(f'probe.name.{first}', lang)} {rest}".strip() if first in PROBES else name
+
+
+def _mark(label: str, lang: str) -> str:
+    """A probe's mark ("load", "request 2") in ``lang``."""
+    word, _, n = label.partition(" ")
+    return f"{t(f'chart.mark.{word}', lang)} {n}".strip() if word in MARKS else label
+
+
+#: the marks the probes put on a timeline (``chart.mark.<word>`` in the catalog)
+MARKS = ("load", "request", "settle", "done")
+
+
 def chart_png(probe: Mapping[str, Any], lang: str = "en") -> bytes:
-    """A PNG of memory over time for one probe, with baseline, peak and limit lines."""
+    """A PNG of memory over time for one probe, with baseline, peak, limit and fit lines."""
+    fig = chart_figure(probe, lang)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def chart_figure(probe: Mapping[str, Any], lang: str = "en"):
+    """The chart as a matplotlib Figure (on an Agg canvas), every word in
+    ``lang`` when a font with its glyphs is here."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -80,6 +110,10 @@ def chart_png(probe: Mapping[str, Any], lang: str = "en") -> bytes:
     if limit is not None and not limit_off:
         ax.axhline(limit / scale, color="#d62728", linestyle="-", linewidth=1.6,
                    label=t("chart.limit", lang, size=fmt_size(limit)))
+        # the line the verdicts use: a peak must stay under the limit less the margin
+        line = fit_limit(int(limit))
+        ax.axhline(line / scale, color="#d62728", linestyle="--", linewidth=1.0, alpha=0.8,
+                   label=t("chart.fit_line", lang, size=fmt_size(line)))
     elif limit_off:
         ax.annotate(t("chart.limit_above", lang, size=fmt_size(limit)), xy=(0.99, 0.985), xycoords="axes fraction",
                     ha="right", va="top", fontsize=8, color="#d62728", **text_kw)
@@ -93,7 +127,7 @@ def chart_png(probe: Mapping[str, Any], lang: str = "en") -> bytes:
         level = level + 1 if last_x is not None and (x - last_x) < 0.08 * span else 0
         last_x = x
         near_right = (x - x_lo) > 0.92 * span
-        ax.annotate(str(mark[1]), xy=(x, 1.0), xycoords=("data", "axes fraction"),
+        ax.annotate(_mark(str(mark[1]), lang), xy=(x, 1.0), xycoords=("data", "axes fraction"),
                     xytext=(-2 if near_right else 2, -10 - 10 * (level % 3)), textcoords="offset points",
                     ha="right" if near_right else "left", fontsize=8, color="#444444", **text_kw)
     ax.set_ylim(0, (top / scale) * 1.12 if top else 1)
@@ -101,22 +135,29 @@ def chart_png(probe: Mapping[str, Any], lang: str = "en") -> bytes:
     # probes chart the model's own usage (reading minus the idle one): baseline 0
     ylabel = "chart.memory_above_idle" if baseline == 0 else "chart.memory"
     ax.set_ylabel(t(ylabel, lang, unit=unit), **text_kw)
-    ax.set_title(str(probe.get("name") or "probe"), fontsize=11, **text_kw)
+    ax.set_title(chart_title(str(probe.get("name") or "probe"), lang), fontsize=11, **text_kw)
     ax.grid(True, alpha=0.25)
     legend_kw = {"prop": {"family": font}} if font else {}
     # beside the plot, so it never hides the curve
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9, **legend_kw)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    return fig
 
 
 @lru_cache(maxsize=1)
 def _cjk_font() -> str | None:
-    """A font family with Chinese glyphs, if the machine has one."""
+    """A font family with Chinese glyphs, if the machine has one: one
+    matplotlib knows, else a system font file it has not listed (its font
+    cache may predate the font's install), added by path."""
     from matplotlib import font_manager
     for entry in font_manager.fontManager.ttflist:
         if any(name.lower() in entry.name.lower() for name in _CJK_FONTS):
             return entry.name
+    for path in sorted(font_manager.findSystemFonts()):
+        if any(part in path.lower().replace("-", "").replace("_", "") for part in _CJK_FILES):
+            try:
+                font_manager.fontManager.addfont(path)
+                return font_manager.FontProperties(fname=path).get_name()
+            except (OSError, RuntimeError, ValueError):
+                continue  # a file it cannot read: the next one
     return None

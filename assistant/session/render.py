@@ -21,12 +21,11 @@ from rich.text import Text
 from common.catalog import get_lang, t
 from probes.result import SIZE_KEYS
 from probes.units import fmt_size
+from rules.facts import PROBES  # each with its name in the catalog (probe.name.<probe>)
 from rules.rulebook import DONE_REASONS
 from assistant.report.ledger import ledger_rows, others_note
 
 COMPACT_BELOW = 100  # columns
-#: the probes, each with its name in the catalog (``probe.name.<probe>``)
-PROBES = ("reproduce", "baseline", "context", "quant", "backend", "stability")
 KNOBS = ("max_context_len", "quant_type", "max_batch_size", "max_concurrency", "kv_cache")
 
 
