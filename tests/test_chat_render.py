@@ -94,6 +94,7 @@ def test_the_server_in_one_line_like_ollama_ps(lang):
 
 def test_why_speaks_sentences_not_rule_names_or_raw_facts(lang):
     # issue 30: /why says each step in words with the rule's sentence and the method's reason
+    from assistant.report.why import why_lines
     from rules.engine import Advisor
 
     with Advisor() as advisor:
@@ -103,7 +104,7 @@ def test_why_speaks_sentences_not_rule_names_or_raw_facts(lang):
             {"kind": "device", "name": "sim", "vendor": "nvidia", "total": 8 << 30, "used_idle": 0, "unified": False},
         ])
         chain = advisor.why()
-        lines = render.why_lines(chain, lang)
+        lines = why_lines(chain, lang)
     text = "\n".join(lines)
     assert lines[0].startswith("#1 ")
     rule = chain[0]["rule"]

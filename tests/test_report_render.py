@@ -84,8 +84,9 @@ def test_why_chain_steps_and_final_config_are_in_the_report():
     result = sample_result()
     md = report_files(result, build_config(result))["report.md"]
 
-    assert "1. short_ok_long_fails: because tier(name=short, answered=True); tier(name=long, answered=True)" in md
-    assert "change(knob=num_ctx, to=4096)" in md
+    # the why-chain in sentences: the step in words and the rule's own sentence, no rule name, no raw fact
+    assert "#1 one change, retested: short ok and long fails means the KV cache" in md
+    assert "short_ok_long_fails" not in md and "answered=True" not in md
     assert "| 5 | change | num_ctx: 8192 -> 4096 | peak 1.15 GiB -> 620 MiB | yes |" in md
     assert "max_context_len: 4096" in md and "PARAMETER num_ctx 4096" in md
     assert "OLLAMA_NUM_PARALLEL=1" in md

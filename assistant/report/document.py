@@ -23,6 +23,7 @@ from common.catalog import t
 from assistant.files.outputs import modelfile_text, server_env
 from assistant.report.chart import LIMIT_OFF_CHART_RATIO, chart_png, chart_top
 from assistant.report.alternatives import alternative_line
+from assistant.report.why import why_lines
 from assistant.report.ledger import ledger_rows, others_note
 from assistant.report.format import Chart, Code, Heading, Items, Para, Quote, Table, render_html, render_markdown
 from probes.units import fmt_size
@@ -226,15 +227,8 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
 
     blocks.append(Heading(t("report.why", lang)))
     why = list(result.get("why") or [])
-    if why:
-        items = []
-        for link in why:
-            because = "; ".join(_brief(b) for b in (link.get("because") or [])) or "—"
-            nxt = _brief(link.get("next")) if link.get("next") else "—"
-            line = t("report.why_item", lang, rule=link.get("rule") or "?", because=because, next=nxt)
-            reason = link.get("reason_zh") if lang == "zh" and link.get("reason_zh") else link.get("reason")
-            items.append(f"{line}. {reason}" if reason else line)
-        blocks.append(Items(tuple(items)))
+    if why:  # sentences, as the chat's /why says them: no rule names, no internal keys
+        blocks.append(Items(tuple(line.strip() for line in why_lines(why, lang))))
     else:
         blocks.append(Para(t("report.none", lang)))
 
@@ -266,36 +260,6 @@ def _per_min(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{fmt_size(value)}/min"
     return "—"
-
-
-# sizes in facts are bytes: shown as sizes. Fields that repeat the obvious
-# (the model, the tokens we sent) are left out of the one-line summary.
-_SIZE_FIELDS = ("peak", "size", "size_vram", "weights", "used_after", "used_settled", "used_idle", "limit",
-                "total", "budget")
-_QUIET_FIELDS = ("model", "sent_tokens", "options", "config")
-
-
-def _brief(value: Any, limit: int = 140) -> str:
-    """One short line for a fact or a next step in the why-chain."""
-    if isinstance(value, Mapping):
-        head_key = "kind" if value.get("kind") else "action" if value.get("action") else None
-        head = value.get(head_key) if head_key else ""
-        rest = ", ".join(f"{k}={_short(fmt_size(v) if k in _SIZE_FIELDS and _is_num(v) else v)}"
-                         for k, v in value.items()
-                         if k != head_key and k not in _QUIET_FIELDS and v is not None)
-        text = f"{head}({rest})" if head else rest
-    else:
-        text = _short(value)
-    return text if len(text) <= limit else text[: limit - 4] + "...)"
-
-
-def _is_num(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _short(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= 48 else text[:45] + "..."
 
 
 def _slug(name: str) -> str:

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import yaml
 
-from assistant.session.render import METHOD_STEPS, step_kind
+from assistant.report.why import METHOD_STEPS, step_kind
 from assistant.session.replies import LEXICON, Reply, tokens
 from common.catalog import t
 

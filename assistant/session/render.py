@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from common.catalog import get_lang, t
-from probes.result import SIZE_KEYS
+from probes.result import SIZE_KEYS, ProbeResult
 from probes.units import fmt_size
+from assistant.report.alternatives import alternative_line
 from rules.facts import PROBES  # each with its name in the catalog (probe.name.<probe>)
 from rules.rulebook import DONE_REASONS
 from assistant.report.ledger import ledger_rows, others_note
@@ -173,34 +174,44 @@ def ps_line(loaded: list) -> str:
     return t("ps.line", models="; ".join(items))
 
 
-def why_lines(chain: list[dict], lang: str) -> list[str]:
-    """``Advisor.why()`` as sentences: each step in words with the rule's own
-    sentence (which names the figures it rested on), and, the first time a
-    kind of step appears, the method's reason for taking it then."""
-    lines, said = [], set()
-    for entry in chain:
-        nxt = entry.get("next") or {}
-        kind = step_kind(nxt)
-        sentence = entry.get("reason_zh") if lang == "zh" else entry.get("reason")
-        lines.append(t("why.step", lang, n=entry.get("n"), step=t(f"why.kind.{kind}", lang),
-                       text=sentence or entry.get("reason") or ""))
-        if kind not in said and kind in METHOD_STEPS:
-            said.add(kind)
-            lines.append(t("why.method", lang, text=t(f"method.{kind}", lang)))
-    return lines
+def show_probe(console: Console, result: ProbeResult, session=None, readings=(), auto: bool = False) -> None:
+    """The probe's result in the session's language, the rules' reading of each
+    of its measurements, then the server's state in one line. ``auto``: no one
+    is asked (``--auto``, ``diagnose``)."""
+    console.print(probe_result(result, console.width, readings, auto=auto))
+    api = getattr(getattr(getattr(session, "world", None), "env", None), "api", None)
+    if api is not None:
+        try:
+            line = ps_line(api.ps())
+        except Exception as exc:  # noqa: BLE001 - a summary line; the session goes on
+            line = t("ps.failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        console.print(Text(line, style="dim"))
 
 
-#: the kinds of step the method gives a reason for (``method.<kind>`` in the catalog)
-METHOD_STEPS = ("reproduce", "baseline", "context", "quant", "backend", "stability", "ask")
-
-
-def step_kind(step: dict) -> str:
-    """What kind of step a ``next`` is, as the /why lines and the answers to
-    "why?" name it: a probe's name, ``stability`` for a change retested,
-    ``ask`` or ``done``."""
-    action = step.get("action")
-    if action == "probe":
-        return step.get("probe") if step.get("probe") in METHOD_STEPS else "probe"
-    if action == "change":
-        return "stability"
-    return action if action in ("ask", "done") else "probe"
+def show_done(console: Console, result: dict) -> None:
+    diagnosis = result.get("diagnosis") or {}
+    console.print(Text(diagnosis.get("summary") or t(f"ui.cause.{diagnosis.get('cause')}"), style="bold"))
+    if diagnosis.get("reproduction"):
+        console.print(Text(diagnosis["reproduction"]))
+    for finding in diagnosis.get("findings") or []:
+        console.print(Text(f"• {finding}"))
+    config = result.get("config")
+    if config:
+        console.print(t("ui.config", model=config.get("model"), ctx=config.get("max_context_len"),
+                        batch=config.get("max_batch_size"), par=config.get("max_concurrency"),
+                        quant=config.get("quant_type"), kv=config.get("kv_cache"),
+                        verified=t("ui.verified") if result.get("verified") else t("ui.not_verified")),
+                      highlight=False, markup=False)
+        if diagnosis.get("choice"):
+            console.print(Text(diagnosis["choice"]))
+        for alt in result.get("alternatives") or []:
+            console.print(Text(alternative_line(alt, result.get("want_ctx"))))
+    elif diagnosis.get("advice_key") == "broken_off":  # stopped before a config was measured: no verdict
+        console.print(t("ui.nothing_yet"))
+    else:
+        console.print(t("ui.nothing_fits"))
+    if diagnosis.get("advice_key") == "broken_off" and result.get("unverified"):
+        console.print(Text(t("ui.stopped_why", why=result["unverified"])))
+    advice = (result.get("diagnosis") or {}).get("advice")
+    if advice:
+        console.print(t("ui.advice", advice=advice), highlight=False, markup=False)

@@ -16,7 +16,7 @@ from typing import Any, Callable, TextIO
 from rich.console import Console
 from rich.text import Text
 
-from assistant.report.alternatives import alternative_line
+from assistant.report.why import why_lines
 from assistant.session import explain, live, render, replies
 from assistant.session.live import QuitSession
 from assistant.session.answers import Share, parse_answer, parse_pick, parse_yes_no
@@ -77,53 +77,10 @@ class AutoUI:
         if self.quiet:
             return
         if event == "probe_result":
-            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()),
+            render.show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()),
                        auto=True)
         elif event == "done":
-            show_done(self.console, data["result"])
-
-
-def show_probe(console: Console, result: ProbeResult, session=None, readings=(), auto: bool = False) -> None:
-    """The probe's result in the session's language, the rules' reading of each
-    of its measurements, then the server's state in one line. ``auto``: no one
-    is asked (``--auto``, ``diagnose``)."""
-    console.print(render.probe_result(result, console.width, readings, auto=auto))
-    api = getattr(getattr(getattr(session, "world", None), "env", None), "api", None)
-    if api is not None:
-        try:
-            line = render.ps_line(api.ps())
-        except Exception as exc:  # noqa: BLE001 - a summary line; the session goes on
-            line = t("ps.failed", error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        console.print(Text(line, style="dim"))
-
-
-def show_done(console: Console, result: dict) -> None:
-    diagnosis = result.get("diagnosis") or {}
-    console.print(Text(diagnosis.get("summary") or t(f"ui.cause.{diagnosis.get('cause')}"), style="bold"))
-    if diagnosis.get("reproduction"):
-        console.print(Text(diagnosis["reproduction"]))
-    for finding in diagnosis.get("findings") or []:
-        console.print(Text(f"• {finding}"))
-    config = result.get("config")
-    if config:
-        console.print(t("ui.config", model=config.get("model"), ctx=config.get("max_context_len"),
-                        batch=config.get("max_batch_size"), par=config.get("max_concurrency"),
-                        quant=config.get("quant_type"), kv=config.get("kv_cache"),
-                        verified=t("ui.verified") if result.get("verified") else t("ui.not_verified")),
-                      highlight=False, markup=False)
-        if diagnosis.get("choice"):
-            console.print(Text(diagnosis["choice"]))
-        for alt in result.get("alternatives") or []:
-            console.print(Text(alternative_line(alt, result.get("want_ctx"))))
-    elif diagnosis.get("advice_key") == "broken_off":  # stopped before a config was measured: no verdict
-        console.print(t("ui.nothing_yet"))
-    else:
-        console.print(t("ui.nothing_fits"))
-    if diagnosis.get("advice_key") == "broken_off" and result.get("unverified"):
-        console.print(Text(t("ui.stopped_why", why=result["unverified"])))
-    advice = (result.get("diagnosis") or {}).get("advice")
-    if advice:
-        console.print(t("ui.advice", advice=advice), highlight=False, markup=False)
+            render.show_done(self.console, data["result"])
 
 
 class ChatUI:
@@ -421,10 +378,10 @@ class ChatUI:
 
     def show(self, event: str, **data) -> None:
         if event == "probe_result":
-            show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()),
+            render.show_probe(self.console, data["result"], getattr(self, "session", None), data.get("readings", ()),
                        auto=self.auto)
         elif event == "done":
-            show_done(self.console, data["result"])
+            render.show_done(self.console, data["result"])
 
     # -- helpers ---------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -438,7 +395,7 @@ class ChatUI:
             self.console.print(t("ui.why.empty"))
             return
         self.console.print(Text(t("ui.why.title"), style="bold"))
-        for line in render.why_lines(chain, get_lang()):
+        for line in why_lines(chain, get_lang()):
             self.console.print(Text(line))
 
     def show_status(self) -> None:
