@@ -8,6 +8,7 @@ The greeting and the first prompt come before the language is known and
 are printed in both; the count starts at the first message."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -35,6 +36,8 @@ IN_FILES = [
     r"\bollama create [^\n]*",
     r"\b(?:systemd|shell|Linux|macOS|GGUF|vLLM|llama\.cpp|Hugging Face|AWQ|GPTQ|fp8|flash attention|on/off/auto|FROM)\b",
 ]
+#: and in the report: the server's address, the device's name, a config as key=value, an image's file
+IN_REPORT = [r"https?://\S+", r"NVIDIA GeForce RTX \d+|\bnvidia\b", r"\b\w+=", r"\]\([^)]*\)"]
 WORD = re.compile(r"[A-Za-z]{2,}")
 FILES = ("Modelfile", "ollama.env", "oomvet-ollama.conf", "llama-server.txt", "vllm.txt")
 
@@ -80,3 +83,31 @@ def test_a_zh_chat_prints_no_english_word(tmp_path, monkeypatch, scenario, first
     in_files = [f"{line}: {WORD.findall(_masked(line, tuple(IN_FILES)))}" for line in comments
                 if WORD.findall(_masked(line, tuple(IN_FILES)))]
     assert in_files == []
+    # the report, less its code blocks (the config and the files, checked above)
+    report = re.sub(r"```.*?```", "", (tmp_path / "out" / "report.md").read_text(encoding="utf-8"), flags=re.S)
+    masks = (*IN_REPORT, *IN_FILES)
+    in_report = [f"{line[:90]}: {WORD.findall(_masked(line, masks))}" for line in report.splitlines()
+                 if WORD.findall(_masked(line, masks))]
+    assert in_report == []
+    _no_tofu((tmp_path / "out" / "report.html").read_text(encoding="utf-8"))
+
+
+def _no_tofu(html: str) -> None:
+    """Every character of the page is drawn by a font the page's CSS names
+    and this machine has: no boxes where Chinese should be."""
+    from fontTools.ttLib import TTCollection, TTFont
+    from matplotlib import font_manager
+
+    from assistant.report.chart import _cjk_font
+
+    family = _cjk_font()
+    if family is None:  # scripts/setup.sh installs one, as CI runs it
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("no font with Chinese glyphs on this machine")
+    css = re.search(r"font-family:([^;]+);", html).group(1)
+    assert f'"{family}"' in css, (family, css)
+    path = font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False)
+    fonts = TTCollection(path).fonts if path.lower().endswith(".ttc") else [TTFont(path)]
+    covered = set().union(*(set(f.getBestCmap()) for f in fonts))
+    text = re.sub(r"<[^>]+>|data:image/png;base64,[A-Za-z0-9+/=]+", " ", html)
+    missing = sorted({ch for ch in text if ord(ch) > 0x2E80 and ord(ch) not in covered})
+    assert missing == [], "".join(missing)

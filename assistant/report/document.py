@@ -21,12 +21,15 @@ from assistant.files.atomic import write_files
 from assistant.config import VOCAB
 from common.catalog import t
 from assistant.files.outputs import modelfile_text, server_env
-from assistant.report.chart import LIMIT_OFF_CHART_RATIO, chart_png, chart_top
+from assistant.report.chart import LIMIT_OFF_CHART_RATIO, chart_png, chart_title, chart_top
 from assistant.report.alternatives import alternative_line
 from assistant.report.why import why_lines
+from assistant.session.render import KNOBS, note
 from assistant.report.ledger import ledger_rows, others_note
 from assistant.report.format import Chart, Code, Heading, Items, Para, Quote, Table, render_html, render_markdown
 from probes.units import fmt_size
+from rules.facts import PROBES
+from rules.rulebook import DONE_REASONS, TIERS
 
 __all__ = ["REPORT_HTML", "REPORT_MD", "LIMIT_OFF_CHART_RATIO", "chart_png", "chart_top", "report_blocks",
            "report_files", "write_report"]
@@ -71,6 +74,14 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     def size(value: Any) -> str:
         return fmt_size(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else cell(value)
 
+    def said(value: Any) -> str:
+        """A probe's error or note, in the report's language where its words are known."""
+        return note(value, lang) if isinstance(value, str) else cell(value)
+
+    def word(kind: str, value: Any) -> str:
+        """A word the facts keep in English (a placement, a tier, a finish reason) in the report's language."""
+        return t(f"{kind}.{value}", lang) if value in WORDS[kind] else cell(value)
+
     rule_readings = {r.get("seq"): r for r in (result.get("readings") or []) if isinstance(r, Mapping)}
 
     def read_as(fact: Mapping) -> str:
@@ -96,7 +107,7 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     cause = diagnosis.get("cause")
     blocks.append(Heading(t("report.diagnosis", lang)))
     cause_text = t(f"report.cause_{cause}", lang) if cause else t("report.cause_unknown", lang)
-    blocks.append(Para(t("report.cause", lang, cause=f"{cause_text} ({cause or '?'})")))
+    blocks.append(Para(t("report.cause", lang, cause=cause_text)))  # the key is oomvet.yaml's, for scripts
     if diagnosis.get("summary"):
         blocks.append(Para(str(diagnosis["summary"])))
     if diagnosis.get("reproduction"):
@@ -131,12 +142,13 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     if steps:
         rows = []
         for step in steps:
-            what = step.get("probe") or step.get("knob") or ""
+            what = word("probe.name", step.get("probe")) if step.get("probe") else step.get("knob") or ""
             if step.get("knob") is not None and ("from" in step or "to" in step):
-                what = f"{step.get('knob')}: {cell(step.get('from'))} -> {cell(step.get('to'))}"
+                what = f"{word('knob.name', step.get('knob'))}: {cell(step.get('from'))} -> {cell(step.get('to'))}"
             effect = step.get("effect") or step.get("summary") or (
                 t("chart.peak", lang, size=size(step["peak"])) if step.get("peak") is not None else "")
-            rows.append((cell(step.get("n")), cell(step.get("action")), what, effect, cell(step.get("ok"))))
+            rows.append((cell(step.get("n")), word("report.action", step.get("action")), what, said(effect),
+                         cell(step.get("ok"))))
         blocks.append(Table(tuple(t(f"report.col_{c}", lang) for c in ("n", "action", "what", "effect", "ran")),
                             tuple(rows)))
     else:
@@ -149,8 +161,8 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
         blocks.append(Para(t("report.device", lang, name=cell(device.get("name")), vendor=cell(device.get("vendor")),
                              total=size(device.get("total")), source=cell(device.get("source")))))
     if evidence.get("limit") is not None:
-        note = f" ({evidence['limit_note']})" if evidence.get("limit_note") else ""
-        blocks.append(Para(t("report.limit", lang, limit=size(evidence["limit"]), note=note)))
+        why = evidence.get("limit_note_zh") if lang == "zh" and evidence.get("limit_note_zh") else evidence.get("limit_note")
+        blocks.append(Para(t("report.limit", lang, limit=size(evidence["limit"]), note=f" ({why})" if why else "")))
     readings = evidence.get("readings") or {}
     if readings:
         rows = tuple((_label(f"report.reading_{k}", lang, str(k)), size(v)) for k, v in readings.items())
@@ -160,9 +172,11 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     if stability:
         blocks.append(Heading(t("report.stability", lang), 3))
         blocks.append(Para(t("report.stab_line", lang, eval_count=cell(stability.get("eval_count")),
-                             done_reason=cell(stability.get("done_reason")), answered=cell(stability.get("answered")),
+                             done_reason=word("rulebook.done", stability.get("done_reason")),
+                             answered=cell(stability.get("answered")),
                              tokens=f"{cell(stability.get('prompt_tokens'))} / {cell(stability.get('task_tokens'))}",
-                             repeated=cell(stability.get("repeat_share")), errors=cell(stability.get("errors")),
+                             repeated=cell(stability.get("repeat_share")),
+                             errors=", ".join(said(e) for e in stability.get("errors") or []) or "—",
                              reading=read_as(stability))))
         if stability.get("config"):
             blocks.append(Para(cell(stability["config"])))
@@ -176,8 +190,9 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
             delta = (peak - baseline) if isinstance(peak, (int, float)) and isinstance(baseline, (int, float)) else None
             caption = t("report.chart_caption", lang, baseline=size(baseline), peak=size(peak),
                         limit=size(probe.get("limit")), delta=size(delta))
-            blocks.append(Heading(name, 3))
-            blocks.append(Chart(f"chart-{i:02d}-{_slug(name)}.png", chart_png(probe, lang), name, caption))
+            title = chart_title(name, lang)
+            blocks.append(Heading(title, 3))
+            blocks.append(Chart(f"chart-{i:02d}-{_slug(name)}.png", chart_png(probe, lang), title, caption))
     else:
         blocks.append(Para(t("report.not_run", lang)))
 
@@ -204,26 +219,26 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     fact_table("reproduction", "report.reproduction", ("num_ctx", "slots", "requests", "placement", "peak",
                                                        "reading", "error"),
                lambda f: (cell(f.get("num_ctx")), f"{cell(f.get('num_parallel'))} ({cell(f.get('parallel_from'))})",
-                          cell(f.get("requests")), cell(f.get("placement")), size(f.get("peak")), read_as(f),
-                          cell(f.get("error"))),
+                          cell(f.get("requests")), word("render.where", f.get("placement")), size(f.get("peak")), read_as(f),
+                          said(f.get("error"))),
                when_none=False)
     fact_table("load", "report.loads", ("model", "options", "placement", "size", "used", "drift", "answered",
                                         "reading", "error"),
-               lambda f: (cell(f.get("model")), cell(f.get("options")), cell(f.get("placement")),
+               lambda f: (cell(f.get("model")), cell(f.get("options")), word("render.where", f.get("placement")),
                           f"{size(f.get('size'))} / {size(f.get('size_vram'))}",
                           f"{size(f.get('used_after'))} / {size(f.get('used_settled'))}",
-                          _per_min(f.get("drift_per_min")), cell(f.get("answered")), read_as(f), cell(f.get("error"))),
+                          _per_min(f.get("drift_per_min")), cell(f.get("answered")), read_as(f), said(f.get("error"))),
                when_none=False)
     fact_table("tier", "report.tiers", ("tier", "num_ctx", "tokens", "peak", "answered", "reading", "error"),
-               lambda f: (cell(f.get("name")), cell(f.get("num_ctx")),
+               lambda f: (word("rulebook.tier", f.get("name")), cell(f.get("num_ctx")),
                           f"{cell(f.get('prompt_tokens'))} / {cell(f.get('sent_tokens'))}", size(f.get("peak")),
-                          cell(f.get("answered")), read_as(f), cell(f.get("error"))))
+                          cell(f.get("answered")), read_as(f), said(f.get("error"))))
     fact_table("quant_trial", "report.quant", ("tag", "level", "after_load", "peak", "answered", "reading"),
                lambda f: (cell(f.get("tag")), cell(f.get("level")), size(f.get("weights")), size(f.get("peak")),
                           cell(f.get("answered")), read_as(f)))
     fact_table("knob_trial", "report.knobs", ("knob", "change", "peak", "applied", "answered", "reading", "error"),
                lambda f: (cell(f.get("knob")), f"{cell(f.get('old'))} -> {cell(f.get('new'))}", size(f.get("peak")),
-                          cell(f.get("applied", True)), cell(f.get("answered")), read_as(f), cell(f.get("error"))))
+                          cell(f.get("applied", True)), cell(f.get("answered")), read_as(f), said(f.get("error"))))
 
     blocks.append(Heading(t("report.why", lang)))
     why = list(result.get("why") or [])
@@ -235,11 +250,17 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     transcript = [m for m in (result.get("transcript") or []) if isinstance(m, Mapping)]
     if transcript:
         blocks.append(Heading(t("report.transcript", lang)))
-        blocks.append(Quote(tuple(f"{m.get('role', '?')}: {m.get('content', '')}" for m in transcript)))
+        blocks.append(Quote(tuple(f"{word('report.role', m.get('role'))}: {m.get('content', '')}" for m in transcript)))
     return blocks
 
 
 # ---------------------------------------------------------------- helpers
+
+#: the words the facts and steps keep in English, each with its catalog key (``<kind>.<word>``)
+WORDS = {"probe.name": PROBES, "knob.name": KNOBS,
+         "report.action": ("probe", "ask", "change", "pick"), "render.where": ("gpu", "partial", "cpu"),
+         "rulebook.tier": TIERS, "rulebook.done": DONE_REASONS, "report.role": ("user", "assistant")}
+
 
 def _lang(result: Mapping[str, Any]) -> str:
     lang = result.get("lang")

@@ -121,7 +121,8 @@ def _md_cell(value: Any) -> str:
 
 
 _CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", "Noto Sans", "Noto Sans CJK SC", sans-serif;
+body { font-family: system-ui, -apple-system, "Segoe UI", "Noto Sans", "Noto Sans CJK SC", "Source Han Sans SC",
+       "PingFang SC", "Microsoft YaHei", "WenQuanYi Micro Hei", "Droid Sans Fallback", sans-serif;
        max-width: 1040px; margin: 2em auto; padding: 0 1em; color: #1b1b1b; line-height: 1.45; }
 h1 { border-bottom: 2px solid #ddd; padding-bottom: .3em; }
 h2 { margin-top: 1.8em; border-bottom: 1px solid #eee; padding-bottom: .2em; }

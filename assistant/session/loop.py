@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 
 from assistant import __version__
 from assistant.session.answers import answer_facts
+from assistant.session.render import note
 from common.catalog import t
 from common.errors import ExitCode, ProbeError, ServerUnreachable
 from assistant.intake import Intake
@@ -26,7 +27,7 @@ from probes.result import ProbeResult
 from probes.units import fmt_size
 from rules.configs import config_key
 from rules.engine import Advisor
-from rules.facts import MEASUREMENTS
+from rules.facts import MEASUREMENTS, PROBES
 from rules.thresholds import QUANT_SKIP_SLACK, fit_limit
 
 MAX_STEPS = 60  # a guard against a rules bug looping forever
@@ -129,7 +130,7 @@ class Session:
                 value = answers[0]["value"]
                 if step["question"] == "model" and value:
                     self.model = str(value)
-                self._record(step, summary=t("session.asked", self.lang, question=step["question"], value=value))
+                self._record(step, summary=_asked(step["question"], value, self.lang))
                 step = advisor.post_many(answers)
             elif action == "probe":
                 step = self._probe(advisor, step)
@@ -360,7 +361,8 @@ class Session:
         if peaks:
             readings["peak"] = max(peaks)
         return {"device": {k: device.get(k) for k in ("name", "vendor", "total", "source", "unified")},
-                "limit": self.world.limit.bytes, "limit_note": self.world.limit.note,
+                "limit": self.world.limit.bytes, "limit_note": str(self.world.limit.note),
+                "limit_note_zh": self.world.limit.text("zh"),
                 "readings": readings,
                 # the posted copy (with its _seq), so the report can show the rules' reading of it
                 "stability": _own_retest(facts, config) or self.last_stability}
@@ -406,13 +408,26 @@ def _peak(result: ProbeResult) -> int | None:
     return max(peaks) if peaks else None
 
 
+#: the questions with a name for a person (``ui.field.<question>``)
+FIELDS = ("model", "want_ctx", "want_parallel", "keep_context", "keep_concurrency", "budget")
+
+
+def _asked(question: str, value: Any, lang: str) -> str:
+    """A question and its answer as the steps table says them: words, not keys and True."""
+    what = t(f"ui.field.{question}", lang) if question in FIELDS else question
+    shown = "—" if value is None else t("ui.yes" if value else "ui.no", lang) if isinstance(value, bool) else (
+        fmt_size(value) if question == "budget" and isinstance(value, int) else str(value))
+    return t("session.asked", lang, question=what, value=shown)
+
+
 def _summary(result: ProbeResult, lang: str) -> str:
     peak = _peak(result)
-    text = t("session.ok" if result.ok else "session.failed", lang, name=result.name)
+    name = t(f"probe.name.{result.name}", lang) if result.name in PROBES else result.name
+    text = t("session.ok" if result.ok else "session.failed", lang, name=name)
     if peak is not None:
         text += t("session.peak", lang, peak=fmt_size(peak))
     if result.error:
-        text += f" — {result.error}"
+        text += f" — {note(result.error, lang)}"
     return text
 
 

@@ -48,6 +48,7 @@ _NOTES = [
     (re.compile(r"^(?P<what>.+?): not counted: (?P<why>.+)$"), "note.not_counted"),
     (re.compile(r"^(?P<what>.+?): measured again because (?P<why>.+)$"), "note.measured_again"),
     (re.compile(r"^the server runs with its own OLLAMA_NUM_PARALLEL; measured as it is$"), "note.own_parallel"),
+    (re.compile(r"^spilled to the CPU: only (?P<vram>\S+ \S+) of (?P<size>\S+ \S+) on the GPU$"), "probe.spilled"),
 ]
 
 
@@ -85,18 +86,20 @@ def label(key: str) -> str:
         return key
 
 
-def note(text: str) -> str:
-    """A probe note in the session's language (as written when not known)."""
+def note(text: str, lang: str | None = None) -> str:
+    """A probe note in ``lang`` (the session's by default), as written when
+    not known. A note read back from JSON (the journal, the report) is plain
+    text; the ones the probes write are recognised by their English words."""
     key = getattr(text, "key", None)
     if key is not None:  # a probes.notes.Note: its values may be notes too
-        return t(key, **{k: note(v) if isinstance(v, str) else v for k, v in text.values.items()})
+        return t(key, lang, **{k: note(v, lang) if isinstance(v, str) else v for k, v in text.values.items()})
     for rx, key in _NOTES:
         m = rx.match(text)
         if m:
             values = m.groupdict()
             if "where" in values:
-                values["where"] = t(f"render.where.{values['where']}")
-            return t(key, **values)
+                values["where"] = t(f"render.where.{values['where']}", lang)
+            return t(key, lang, **values)
     return text
 
 
