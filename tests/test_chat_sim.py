@@ -84,7 +84,7 @@ def test_the_transcript_is_kept_as_langchain_messages_and_lands_in_the_report(tm
         ["neohorse-1:q4_K_M crashes with long prompts at 32k context", "no", *[""] * 6])
     report = (tmp_path / "report.md").read_text()
     assert "user: neohorse-1:q4_K_M crashes with long prompts at 32k context" in report
-    assert "assistant: " in report
+    assert "oomvet: " in report  # the assistant speaks as itself
 
 
 def test_an_output_path_that_is_a_file_is_refused_before_the_conversation(tmp_path, capsys, monkeypatch):

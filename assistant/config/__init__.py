@@ -61,7 +61,7 @@ def build_config(result: Mapping[str, Any]) -> dict:
     doc["unmet"] = list(result.get("unmet") or [])
     if result.get("alternatives"):
         doc["alternatives"] = _plain(alternatives_doc(result["alternatives"], result.get("want_ctx")))
-    doc["ollama"] = (ollama_section(values, result.get("server_env"), total)
+    doc["ollama"] = (ollama_section(values, result.get("server_env"), total, lang=result.get("lang"))
                      if config and values.get("model") else None)
     diagnosis = _plain(result.get("diagnosis") or {})
     doc["diagnosis"] = {key: diagnosis.get(key) for key in DIAGNOSIS_KEYS}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from common.catalog import t
 from common.envbool import env_on
 
 VOCAB = ("model", "max_context_len", "max_batch_size", "max_concurrency",
@@ -40,7 +41,7 @@ KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
 
 
 def ollama_section(values: Mapping[str, Any], server_env: Mapping[str, Any] | None = None,
-                   total_bytes: int | None = None) -> dict:
+                   total_bytes: int | None = None, lang: str | None = None) -> dict:
     """Map the values to Ollama's real knobs.
 
     ``server_env``: the server variables the config needs changed, as the
@@ -81,23 +82,17 @@ def ollama_section(values: Mapping[str, Any], server_env: Mapping[str, Any] | No
     if overhead is not None and "OLLAMA_GPU_OVERHEAD" not in env:
         optional["OLLAMA_GPU_OVERHEAD"] = str(overhead)
     model = values.get("model")
+    # where each value goes, in the session's language (the catalog's knobs.*)
     knobs = {
-        "model": f"FROM {model} in the Modelfile; the model name in every request",
-        "max_context_len": (f"Modelfile PARAMETER num_ctx {ctx}; request option num_ctx={ctx}; "
-                            f"server default for requests without num_ctx: OLLAMA_CONTEXT_LENGTH={ctx} (optional)"),
-        "max_batch_size": f"Modelfile PARAMETER num_batch {batch}; request option num_batch={batch}",
-        "max_concurrency": (f"server env OLLAMA_NUM_PARALLEL={parallel} (restart the server); "
-                            f"the KV cache is allocated for num_ctx x OLLAMA_NUM_PARALLEL"),
-        "quant_type": f"the tag in FROM ({model}, quantization {values.get('quant_type')})",
-        "kv_cache": (f"server env OLLAMA_KV_CACHE_TYPE={kv} (restart the server); types other than f16 "
-                     f"need OLLAMA_FLASH_ATTENTION=1 and a GPU with flash attention"),
-        "gpu_memory_utilization": (
-            "no direct Ollama knob; " + (
-                f"OLLAMA_GPU_OVERHEAD={overhead} reserves (1 - {util}) x total bytes per GPU "
-                f"(optional, restart the server); " if overhead is not None else
-                "OLLAMA_GPU_OVERHEAD=(1 - u) x total bytes per GPU is the nearest; ")
-            + (f"vLLM: --gpu-memory-utilization {util}" if util is not None
-               else "not measured here (no GPU total)")),
+        "model": t("knobs.model", lang, model=model),
+        "max_context_len": t("knobs.max_context_len", lang, ctx=ctx),
+        "max_batch_size": t("knobs.max_batch_size", lang, batch=batch),
+        "max_concurrency": t("knobs.max_concurrency", lang, parallel=parallel),
+        "quant_type": t("knobs.quant_type", lang, model=model, quant=values.get("quant_type")),
+        "kv_cache": t("knobs.kv_cache", lang, kv=kv),
+        "gpu_memory_utilization": (t("knobs.util_overhead", lang, overhead=overhead, util=util) if overhead is not None
+                                   else t("knobs.util_none", lang, util=util) if util is not None
+                                   else t("knobs.util_unmeasured", lang)),
     }
     return {
         "from": model,

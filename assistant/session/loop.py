@@ -240,7 +240,7 @@ class Session:
             if fact["kind"] == "stability":
                 self.last_stability = fact
         self._record(step, summary=_summary(result, self.lang), ok=result.ok, peak=_peak(result), wall_s=result.wall_s,
-                     notes=[str(n) for n in result.notes])
+                     notes=[note(n, self.lang) for n in result.notes])
         facts = [*result.facts, {"kind": "probe_done", "probe": name, "ok": result.ok, "error": result.error}]
         if self.broken is not None:
             facts.append({"kind": "stop", "reason": str(self.broken)})
