@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from probes.base import ProbeEnv, restoring, server_settings
 from probes.evidence import failure_fields, log_window, spill_error
@@ -267,7 +267,7 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
                 # prompt makes the server copy the first one's KV into its host-RAM
                 # prompt cache (--cache-ram), which this tier must not be charged for
                 fill_peak = step.peak
-                step.mark("request 2")
+                step.mark("check")  # the release check's request: drawn, never counted in the peak
                 env.api.generate(model, fill_prompt(units, uuid.uuid4().hex[:8]), options)
                 env.sleep(0.5, deadline)
         after = step.now()
@@ -295,7 +295,8 @@ def _tier(env: ProbeEnv, result: ProbeResult, model: str, name: str, num_ctx: in
             # the peak through the second request too, when there was one
             "second_request_peak": window_peak if fill_peak is not None else None,
             **failure, **step.reading()}
-    result.charts.append(step.chart())
+    # the chart's peak is the tier's (the table's), not the release check's after it
+    result.charts.append(replace(step.chart(), peak_bytes=peak))
     result.facts.append(fact)
     result.rows.append({"num_ctx": num_ctx, "sent tokens": sent, "evaluated": evaluated,
                         "after load": fact["loaded_bytes"], "peak": peak, "error": (error or "")[:60] or None})

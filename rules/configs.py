@@ -60,8 +60,9 @@ def baseline_ctx(st: dict) -> int:
 
 
 def utilization(st: dict, peak: int | None) -> float | None:
-    """The share of the device a measured peak takes (``None`` unmeasured)."""
-    return thresholds.utilization(peak, st["total"] or None)
+    """The share of the GPU a measured peak takes (``None`` unmeasured, or
+    no GPU: a share of host memory is no ``gpu_memory_utilization``)."""
+    return thresholds.utilization(peak, st["total"] or None) if st["gpu"] else None
 
 
 def baseline_config(st: dict) -> dict:

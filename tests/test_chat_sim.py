@@ -26,6 +26,9 @@ def test_zh_session_on_a_long_context_problem_ends_with_a_verified_config(tmp_pa
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "kv_cache" and doc["verified"] is True
     assert 2048 <= doc["max_context_len"] < 32768
+    # the readings' peak is the recommended config's own retest, not the highest step (the 32k setup's)
+    evidence = doc["evidence"]
+    assert evidence["readings"]["peak"] == evidence["stability"]["peak"] <= evidence["limit"]
     assert "\nFROM neohorse-1:q4_K_M\n" in (tmp_path / "Modelfile").read_text()
 
 

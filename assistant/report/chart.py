@@ -47,13 +47,13 @@ def chart_title(name: str, lang: str) -> str:
 
 
 def _mark(label: str, lang: str) -> str:
-    """A probe's mark ("load", "request 2") in ``lang``."""
+    """A probe's mark ("load", "check") in ``lang``."""
     word, _, n = label.partition(" ")
     return f"{t(f'chart.mark.{word}', lang)} {n}".strip() if word in MARKS else label
 
 
 #: the marks the probes put on a timeline (``chart.mark.<word>`` in the catalog)
-MARKS = ("load", "request", "settle", "done")
+MARKS = ("load", "request", "settle", "done", "check")
 
 
 def chart_png(probe: Mapping[str, Any], lang: str = "en") -> bytes:
@@ -93,7 +93,9 @@ def chart_figure(probe: Mapping[str, Any], lang: str = "en"):
         if limit is not None:  # the part over the limit is the finding: make it red
             ax.fill_between(xs, ys, limit / scale, where=[y > limit / scale for y in ys],
                             color="#d62728", alpha=0.25, interpolate=True)
-        i_peak = max(range(len(timeline)), key=lambda i: timeline[i][1])
+        # the dot sits on the counted peak (a release check after it may draw higher, uncounted)
+        i_peak = (min(range(len(timeline)), key=lambda i: abs(timeline[i][1] - peak)) if peak is not None
+                  else max(range(len(timeline)), key=lambda i: timeline[i][1]))
         ax.plot([xs[i_peak]], [ys[i_peak]], marker="o", color="#ff7f0e", markersize=6)
         x_end = xs[-1] if xs[-1] > xs[0] else xs[0] + 1.0
         ax.set_xlim(xs[0], x_end)

@@ -357,9 +357,12 @@ class Session:
             first = loads[0]
             readings = {"idle": first.get("used_idle"), "after_load": first.get("used_after"),
                         "settled": first.get("used_settled")}
-        peaks = [c["peak"] for c in self.charts if c.get("peak") is not None]
-        if peaks:
-            readings["peak"] = max(peaks)
+        # the recommended config's own peak, from its own retest: not the highest of every
+        # step (a failed tier at another context is no reading of this config)
+        own = [f for f in facts if f["kind"] == "stability" and config
+               and config_key(f.get("config") or {}) == config_key(config) and f.get("peak") is not None]
+        if own:
+            readings["peak"] = own[-1]["peak"]
         return {"device": {k: device.get(k) for k in ("name", "vendor", "total", "source", "unified")},
                 "limit": self.world.limit.bytes, "limit_note": str(self.world.limit.note),
                 "limit_note_zh": self.world.limit.text("zh"),
