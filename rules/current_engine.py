@@ -90,6 +90,8 @@ def _default_ctx_finding(st: dict) -> tuple[str, str]:
             else _words(rule, "need_no_peak"))
     source = st["srv_default_ctx_why"]
     part = "why_" + source if source in ("vram_tier", "env", "modelfile", "legacy_default") else "why_unknown"
+    if part == "why_vram_tier" and not st.get("srv_vram_total"):
+        part = "why_vram_tier_none"  # a host with no GPU: the lowest tier, not "? of VRAM"
     why = _words(rule, part, default=default, vram=_gib(st.get("srv_vram_total") or 0))
     fields = {"default": default, "limit": format_size(st["limit"]), "fail": fail,
               "suggest": st["tier_best_ctx"] or fail // 2}

@@ -19,7 +19,7 @@ from common.errors import JournalError, UserError
 from assistant.journal.read import SessionReader
 from assistant.journal.schema import first_line, now
 from probes.server import DEFAULT_HOST
-from rules.facts import FactError
+from rules.facts import PROBES, FactError
 
 
 class SessionLog(SessionReader):
@@ -64,7 +64,8 @@ class SessionLog(SessionReader):
             print("oomvet: " + t("journal.resuming", sid=self.id, n=len(trusted)), file=sys.stderr)
             cut = self.cut_probe()
             if cut:
-                print("oomvet: " + t("journal.rerun", probe=cut), file=sys.stderr)
+                name = t(f"probe.name.{cut}") if cut in PROBES else cut
+                print("oomvet: " + t("journal.rerun", probe=name), file=sys.stderr)
             try:
                 step = self.replay(advisor, session)
             except FactError as exc:

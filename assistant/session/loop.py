@@ -79,6 +79,7 @@ class Session:
     last_stability: dict | None = None
     broken: ProbeError | None = None   # the probe error that ended the session early
     journal: Any = None              # assistant.journal.store.SessionLog: everything on disk before it is used
+    stopped_probe: str | None = None  # the probe the user stopped, ending the session there
 
     def run(self) -> Outcome:
         advisor = Advisor()
@@ -164,6 +165,7 @@ class Session:
             self.journal.append("user_stopped", {"probe": name})
         self._record(step, summary=t("session.stopped", self.lang), ok=None)
         self.broken = Cancelled(f"stopped by the user during the {name} probe")
+        self.stopped_probe = name
         return advisor.post_many([{"kind": "probe_done", "probe": name, "ok": False, "error": "stopped by the user"},
                                   {"kind": "stop", "reason": str(self.broken)}])
 
@@ -328,6 +330,7 @@ class Session:
             # the other answers measured beside the config: each with its config, verified, peak, unmet, why
             "alternatives": alternatives,
             "want_ctx": step.get("want_ctx"),
+            "stopped_probe": self.stopped_probe,
             "diagnosis": diagnosis,
             "server_env": _server_env(config, in_effect(self.world.env.control.env(), engine),
                                       known_keys(self.world.env.control), fa_auto=engine == "llama-server"),

@@ -213,7 +213,9 @@ def show_done(console: Console, result: dict) -> None:
         console.print(t("ui.nothing_yet"))
     else:
         console.print(t("ui.nothing_fits"))
-    if diagnosis.get("advice_key") == "broken_off" and result.get("unverified"):
+    if diagnosis.get("advice_key") == "broken_off" and result.get("stopped_probe"):  # the user's stop, in words
+        console.print(Text(t("ui.stopped_why", why=t("ui.stopped_user", probe=probe_name(result["stopped_probe"])))))
+    elif diagnosis.get("advice_key") == "broken_off" and result.get("unverified"):
         console.print(Text(t("ui.stopped_why", why=result["unverified"])))
     advice = (result.get("diagnosis") or {}).get("advice")
     if advice:

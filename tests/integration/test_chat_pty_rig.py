@@ -117,6 +117,7 @@ def test_a_pty_chat_in_natural_words_stopped_mid_probe_is_resumed_to_a_verified_
     assert re.sub(r"\s", "", glossary) in flat and re.sub(r"\s", "", why) in flat, screen[-4000:]
     assert re.sub(r"\s", "", t("ui.after_stop", lang, probe=t("probe.name.context", lang)))[:20] in flat, screen[-4000:]
     assert rc == 130, screen[-4000:]
+    assert re.sub(r"\s", "", t("ui.stopped_user", lang, probe=t("probe.name.context", lang))) in flat, screen[-4000:]
     listed = subprocess.run([sys.executable, "-m", "assistant", "sessions", "--json"], capture_output=True,
                             text=True, cwd=ROOT, env={**os.environ, **state}, check=True)
     rows = json.loads(listed.stdout)["sessions"]
