@@ -171,3 +171,13 @@ def test_confirming_a_budget_asks_again_on_a_bare_number_or_back():
     out = console.file.getvalue()
     assert out.count("I took the memory limit 8.00 GiB") == 3
     assert out.count("I could not read that as a size like 8GiB or 80%") == 1
+
+
+@pytest.mark.parametrize("question,text,value", [
+    ("want_ctx", "三万二", 32000), ("want_ctx", "一万六左右", 16000), ("want_ctx", "16千", 16000),
+    ("want_ctx", "两千五", 2500), ("want_ctx", "thirty-two thousand", 32000), ("want_ctx", "eight k", 8192),
+    ("want_ctx", "about sixteen thousand tokens", 16000), ("want_parallel", "four", 4),
+])
+def test_numbers_said_in_words_answer_a_count(question, text, value):
+    # issue 30: "numbers and sizes in words", beside the digits
+    assert parse_answer(question, text) == value

@@ -57,3 +57,29 @@ def zh_number(text: str) -> float | None:
     if len(text) == 2 and text[1] == "十":
         return ZH_DIGITS.get(text[0], 0) * 10
     return None
+
+
+_SPOKEN_NOISE = re.compile(r"(?:tokens?|个\s*token|个字|字|个|words?|左右|大概|大约|约|差不多|about|around|roughly|some)",
+                           re.IGNORECASE)
+
+
+def spoken_number(text: str) -> int | None:
+    """A whole answer that is a number said in words: "三万二" (32000),
+    "一万六", "16千", "两千", "thirty-two thousand", "eight k" (8 x 1024, as
+    "8k" is everywhere in oomvet), "four". None for anything else."""
+    s = re.sub(r"\s+", " ", _SPOKEN_NOISE.sub(" ", text.strip().lower())).strip()
+    if not s:
+        return None
+    m = re.fullmatch(r"([a-z][a-z -]*?)(?: (thousand|k))?", s)
+    if m and EN_NUM.get(m.group(1).strip()):
+        return EN_NUM[m.group(1).strip()] * {"thousand": 1000, "k": 1024}.get(m.group(2) or "", 1)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?) ?(千|万)", s)
+    if m:
+        return int(float(m.group(1)) * {"千": 1000, "万": 10000}[m.group(2)])
+    m = re.fullmatch(r"([一二两俩三四五六七八九十百千]+)万([一二两三四五六七八九])?千?", s)
+    if m and zh_int(m.group(1)):
+        return zh_int(m.group(1)) * 10000 + (_ZH_NUM[m.group(2)] * 1000 if m.group(2) else 0)
+    m = re.fullmatch(r"([一二两俩三四五六七八九])千([一二两三四五六七八九])?", s)
+    if m:  # "两千五" is 2500
+        return _ZH_NUM[m.group(1)] * 1000 + (_ZH_NUM[m.group(2)] * 100 if m.group(2) else 0)
+    return zh_int(s) if re.fullmatch(r"[一二两俩三四五六七八九十百千]+", s) else None

@@ -29,6 +29,7 @@ import yaml
 from common.catalog import t
 from common.errors import UsageError
 from assistant.intake import Intake, normalise_model, parse, size_of
+from assistant.intake.numbers import spoken_number
 from assistant.session.replies import yes_no
 from probes.budget import ANSWERS, Budget
 from probes.units import SizeError, parse_size
@@ -131,7 +132,7 @@ def parse_answer(question: str, text: Any, tags: list[str] | None = None) -> Any
             return normalise_model(text)
         raise ValueError(t("answers.what.model"))
     if question in ("want_ctx", "want_parallel"):
-        value = (read.want_ctx if question == "want_ctx" else read.want_parallel) or _count(text)
+        value = (read.want_ctx if question == "want_ctx" else read.want_parallel) or _count(text) or spoken_number(text)
         if not value or value <= 0:
             raise ValueError(t("answers.what.number"))
         return int(value)
