@@ -225,7 +225,7 @@ def start_alternative(st: dict, route: str, cfg: dict) -> None:
     st["alt_kind"] = route
     st["alt_config"] = cfg
     st["alt_saved"] = {k: st[k] for k in ("retest", "retest_measured", "retest_why", "last_retest",
-                                           "retest_failed_why", "retest_peak")}
+                                           "retest_failed_why", "retest_failed_why_zh", "retest_peak")}
     st["last_retest"] = {}  # another config, not a change: nothing to regress against
 
 
@@ -238,6 +238,7 @@ def end_alternative(st: dict, route: str, cfg: dict | None, why: str = "", why_z
         entry["peak"] = st["retest_peak"] or None
         if not entry["verified"]:
             entry["why"] = st["retest_failed_why"] or st["unmeasured_why"] or "its stability retest did not pass"
+            entry["why_zh"] = st["retest_failed_why_zh"] or entry["why_zh"] or entry["why"]
         st.update(st["alt_saved"])
     st["alternatives"].append(entry)
     st["alt_phase"] = "done"

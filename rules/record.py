@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.catalog import pair
 from rules import thresholds
 from rules.configs import REMEDY_OF_KEY
 from rules.state import QUESTIONS
@@ -249,14 +250,16 @@ def read_retest(st: dict, f: dict, verdict: str) -> None:
         if st["retest"] in ("none", "pass"):
             st["retest"] = verdict
         return
-    why = retest_regressions(f, st["last_retest"]) if verdict == "pass" else []
+    pairs = regressions(f, st["last_retest"]) if verdict == "pass" else []
+    why = [en for en, _ in pairs]
     if why:
         verdict = "fail"
     st["retest_why"] = why
-    if verdict == "fail":
-        st["retest_failed_why"] = "; ".join(why) or retest_failure(st, f)
+    if verdict == "fail":  # said in both languages: the final step's "not verified" quotes it
+        en, zh = ("; ".join(why), "；".join(z for _, z in pairs)) if pairs else retest_failure(st, f)
+        st["retest_failed_why"], st["retest_failed_why_zh"] = en, zh
     elif verdict == "pass":
-        st["retest_failed_why"] = ""
+        st["retest_failed_why"] = st["retest_failed_why_zh"] = ""
     st["retest_measured"] = f["measured"] and f.get("peak") is not None
     st["retest_peak"] = f.get("peak") or 0
     st["last_retest"] = {k: f.get(k) for k in ("answered", "eval_count", "prompt_tokens", "task_tokens",
@@ -265,40 +268,47 @@ def read_retest(st: dict, f: dict, verdict: str) -> None:
         st["retest"] = verdict
 
 
-def retest_failure(st: dict, f: dict) -> str:
-    """Why a stability fact failed the retest, in the order the readings test it."""
+def retest_failure(st: dict, f: dict) -> tuple[str, str]:
+    """Why a stability fact failed the retest, in the order the readings test
+    it, in English and Chinese (a server's error text is quoted as it is)."""
     if not f.get("answered"):
         errors = "; ".join(f.get("errors") or [])[:200]
-        return f"the run failed ({errors})" if errors else "the run failed"
+        return pair("rulebook.retest.run_failed_with", errors=errors) if errors else pair("rulebook.retest.run_failed")
     if f.get("prompt_tokens") is not None and f.get("task_tokens") \
             and f["prompt_tokens"] < f["task_tokens"] * (1 - thresholds.TRUNCATION_SLACK):
-        return f"the task was cut at num_ctx ({f['prompt_tokens']} of its {f['task_tokens']} tokens read)"
+        return pair("rulebook.retest.cut", read=f["prompt_tokens"], task=f["task_tokens"])
     share = f.get("repeat_share") or 0
     if share > thresholds.RETEST_MAX_REPEAT_SHARE:
-        return f"the output repeats itself ({share:.0%} of its 4-grams)"
+        return pair("rulebook.retest.repeats", share=f"{share:.0%}")
     if f.get("peak") is not None and st.get("fit_limit") is not None and f["peak"] > st["fit_limit"]:
-        return f"its peak, {f['peak'] / (1 << 20):.1f} MiB, is above the limit, {st['fit_limit'] / (1 << 20):.1f} MiB"
-    return "the retest did not pass"
+        return pair("rulebook.retest.above", peak=f"{f['peak'] / (1 << 20):.1f} MiB",
+                    limit=f"{st['fit_limit'] / (1 << 20):.1f} MiB")
+    return pair("rulebook.retest.not_passed")
 
 
 def retest_regressions(current: dict, previous: dict) -> list[str]:
     """Why ``current`` (a stability fact) is worse than ``previous``; empty: not worse."""
+    return [en for en, _ in regressions(current, previous)]
+
+
+def regressions(current: dict, previous: dict) -> list[tuple[str, str]]:
+    """:func:`retest_regressions` in English and Chinese."""
     if not previous:
         return []
     why = []
     if previous.get("answered") and not current.get("answered"):
-        why.append("the run failed where the previous one passed")
+        why.append(pair("rulebook.regressed.failed"))
     prev_n, cur_n = previous.get("eval_count") or 0, current.get("eval_count") or 0
     if prev_n and cur_n < prev_n * thresholds.REGRESSION_SHORTER_FRACTION:
-        why.append(f"shorter output: {cur_n} tokens, previous run {prev_n}")
+        why.append(pair("rulebook.regressed.shorter", now=cur_n, before=prev_n))
     if _task_cut(current) and not _task_cut(previous):
-        why.append("the prompt was truncated at num_ctx")
+        why.append(pair("rulebook.regressed.cut"))
     if (current.get("repeat_share") or 0) > (previous.get("repeat_share") or 0) + thresholds.REGRESSION_REPEAT_RISE:
-        why.append(f"the output repeats itself more: {current['repeat_share']:.0%} of its 4-grams, "
-                   f"previous run {previous.get('repeat_share') or 0:.0%}")
+        why.append(pair("rulebook.regressed.repeats", now=f"{current['repeat_share']:.0%}",
+                        before=f"{previous.get('repeat_share') or 0:.0%}"))
     new_errors = set(current.get("errors") or []) - set(previous.get("errors") or [])
     if new_errors:
-        why.append("new errors: " + "; ".join(sorted(new_errors))[:200])
+        why.append(pair("rulebook.regressed.errors", errors="; ".join(sorted(new_errors))[:200]))
     return why
 
 

@@ -96,6 +96,7 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "retest_why": [],           # why the latest retest regressed against the one before
         "last_retest": {},          # the previous retest, what the next one is compared with
         "retest_failed_why": "",    # why the latest retest failed (the final step's "not verified" says it)
+        "retest_failed_why_zh": "",
         "unconfirmed_why": "",      # the server settings a retest could not confirm in effect, and why
         "unmeasured_why": "",       # the latest reason a reading was not a measurement
         "stop_reason": "",          # why the session must end now (a `stop` fact)

@@ -101,19 +101,15 @@ def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:
         verified = bool(cfg) and st["config_verified"]
     else:
         cfg, verified = config, False
-    unverified = None
+    unverified = unverified_zh = None
     if not verified:
-        unverified = (st["stop_reason"] and f"the session stopped: {st['stop_reason']}") \
-            or (st["unconfirmed_why"] and f"the server's settings were not confirmed: {st['unconfirmed_why']}") \
-            or (st["unmeasured_why"] and f"the memory readings were not measurements: {st['unmeasured_why']}") \
-            or (st["retest_failed_why"] and cfg and f"the stability retest failed: {st['retest_failed_why']}") \
-            or ("no stability retest passed on this config" if cfg else "no config was measured within the limit")
+        unverified, unverified_zh = _unverified(st, cfg)
     return {"action": "done", "cause": None if st["cause"] == "none" else st["cause"],
             "config": full_config(cfg), "verified": bool(verified),
             # a verified config was retested within the limit: it fits, whatever wish it leaves
             # unmet (``unmet`` and the advice say which)
             "fits": (bool(fits) or bool(verified)) and bool(cfg),
-            "advice": advice or None, "unverified": unverified,
+            "advice": advice or None, "unverified": unverified, "unverified_zh": unverified_zh,
             "unmet": unmet_wishes(st, cfg),
             # the other answers measured beside this one, and what chose between them
             "alternatives": [dict(a, config=full_config(a.get("config")), unmet=unmet_wishes(st, a.get("config")))
@@ -122,6 +118,21 @@ def done(st: dict, fits: bool, advice: str, config: dict | None = None) -> dict:
             "want_ctx": st["want_ctx"] or None,
             # what the user's own setup did when it was run first (None: it was not run)
             "reproduced": None if st["repro"] == "unrun" else {"verdict": st["repro"], **st["repro_at"]}}
+
+
+def _unverified(st: dict, cfg: dict | None) -> tuple[str, str]:
+    """Why the config is not verified, the first reason that holds, in English
+    and Chinese (what a probe or the server said is quoted as it said it)."""
+    if st["stop_reason"]:
+        return pair("rulebook.unverified.stopped", why=st["stop_reason"])
+    if st["unconfirmed_why"]:
+        return pair("rulebook.unverified.unconfirmed", why=st["unconfirmed_why"])
+    if st["unmeasured_why"]:
+        return pair("rulebook.unverified.unmeasured", why=st["unmeasured_why"])
+    if st["retest_failed_why"] and cfg:
+        en, zh = pair("rulebook.unverified.retest_failed", why="{why}")
+        return en.format(why=st["retest_failed_why"]), zh.format(why=st["retest_failed_why_zh"] or st["retest_failed_why"])
+    return pair("rulebook.unverified.no_retest" if cfg else "rulebook.unverified.no_config")
 
 
 def _chosen_by(st: dict) -> str:

@@ -401,6 +401,7 @@ def test_a_retest_that_regresses_against_the_previous_one_does_not_verify():
     assert final["config"]["max_context_len"] == 4096
     assert final["verified"] is False
     assert final["unverified"] == "the stability retest failed: shorter output: 20 tokens, previous run 256"
+    assert final["unverified_zh"] == "稳定性复测失败：输出变短：20 个 token，上一次 256 个"  # issue 30: said in Chinese too
 
 
 def test_a_retest_whose_output_repeats_itself_says_so_in_the_final_step():
@@ -410,6 +411,7 @@ def test_a_retest_whose_output_repeats_itself_says_so_in_the_final_step():
                           Script(baseline=[[load()]], context=[FIT_TO_2K], stability=[repeats] * 3))
     assert final["verified"] is False
     assert final["unverified"] == "the stability retest failed: the output repeats itself (52% of its 4-grams)"
+    assert final["unverified_zh"] == "稳定性复测失败：输出在自我重复（四词组中 52% 重复）"
 
 
 def test_a_wish_beyond_the_trained_context_is_not_a_memory_problem():

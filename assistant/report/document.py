@@ -102,6 +102,9 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
         blocks.append(Para(t("report.verdict_unverified", lang)))
     else:
         blocks.append(Para(t("report.verdict_nofit", lang)))
+    why_not = (result.get("unverified_zh") if lang == "zh" else None) or result.get("unverified")
+    if not doc.get("verified") and why_not:
+        blocks.append(Para(t("report.unverified_why", lang, why=why_not)))
 
     diagnosis = doc.get("diagnosis") or result.get("diagnosis") or {}
     cause = diagnosis.get("cause")

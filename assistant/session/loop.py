@@ -325,6 +325,7 @@ class Session:
             "config": config,
             "verified": verified,
             "unverified": None if verified else step.get("unverified"),
+            "unverified_zh": None if verified else step.get("unverified_zh"),
             "fits": fits,
             "unmet": list(step.get("unmet") or []),
             # the other answers measured beside the config: each with its config, verified, peak, unmet, why

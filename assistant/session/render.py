@@ -216,7 +216,8 @@ def show_done(console: Console, result: dict) -> None:
     if diagnosis.get("advice_key") == "broken_off" and result.get("stopped_probe"):  # the user's stop, in words
         console.print(Text(t("ui.stopped_why", why=t("ui.stopped_user", probe=probe_name(result["stopped_probe"])))))
     elif diagnosis.get("advice_key") == "broken_off" and result.get("unverified"):
-        console.print(Text(t("ui.stopped_why", why=result["unverified"])))
+        why = result.get("unverified_zh") if get_lang() == "zh" and result.get("unverified_zh") else result["unverified"]
+        console.print(Text(t("ui.stopped_why", why=why)))
     advice = (result.get("diagnosis") or {}).get("advice")
     if advice:
         console.print(t("ui.advice", advice=advice), highlight=False, markup=False)
