@@ -221,8 +221,9 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def _text(node) -> bool:
     """Words written in the source: a literal, an f-string, or a choice between two of them
-    (a catalog look-up that falls back to ``"?"`` is not)."""
-    return (isinstance(node, ast.Constant) and isinstance(node.value, str) or isinstance(node, ast.JoinedStr)
+    (a catalog look-up that falls back to ``"?"`` is not, nor an empty default: no words)."""
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value != ""
+            or isinstance(node, ast.JoinedStr)
             or isinstance(node, ast.IfExp) and _text(node.body) and _text(node.orelse))
 
 

@@ -219,5 +219,7 @@ def show_done(console: Console, result: dict) -> None:
         why = result.get("unverified_zh") if get_lang() == "zh" and result.get("unverified_zh") else result["unverified"]
         console.print(Text(t("ui.stopped_why", why=why)))
     advice = (result.get("diagnosis") or {}).get("advice")
+    if result.get("stopped_probe"):  # the user's own stop: nothing to fix, the chat says how to go on
+        advice = t("ui.stopped_advice")
     if advice:
         console.print(t("ui.advice", advice=advice), highlight=False, markup=False)

@@ -26,12 +26,12 @@ LEXICON = Path(__file__).parents[1] / "intake" / "lexicon"
 _TOKEN = re.compile(r"[a-z0-9']+|[^\sa-z0-9']")
 _CLAUSE = re.compile(r"[,，。.!！;；、:：\n]| - |—")
 #: what a reply is
-ANSWER, QUESTION, BACK, SKIP, CORRECTION = "answer", "question", "back", "skip", "correction"
+ANSWER, QUESTION, BACK, SKIP = "answer", "question", "back", "skip"
 
 
 @dataclass(frozen=True)
 class Reply:
-    kind: str               # ANSWER, QUESTION, BACK, SKIP (CORRECTION is decided by the caller, who reads fields)
+    kind: str               # ANSWER, QUESTION, BACK, SKIP (a correction is an ANSWER: see correction())
     text: str               # as typed, trimmed
     why: bool = False       # a QUESTION asking for a reason, not for a meaning
 
