@@ -355,6 +355,7 @@ class Stop(_Fact):
     that leaves nothing to measure): the rules end with what was measured."""
     kind: Literal["stop"]
     reason: str
+    by_user: bool = ABSENT  # the user stopped a probe (Ctrl-C, then "stop here"): nothing to fix
 
 
 class Diagnosis(_Fact):

@@ -24,7 +24,8 @@ with TREE:
     def stop_with_what_was_measured(st):
         st["awaiting"] = "none"
         st["waiting_answer"] = False
-        return steps.done(st, st["has_config"], "broken_off")
+        # the user's own stop is nothing to fix: resuming goes on from the stopped probe
+        return steps.done(st, st["has_config"], "user_stopped" if st["stopped_by_user"] else "broken_off")
 
     @waiting_rule(101, state.stage == "done")
     def session_finished(st):

@@ -153,6 +153,7 @@ def finish_probe(st: dict, f: dict) -> None:
 
 def note_stop(st: dict, f: dict) -> None:
     st["stop_reason"] = f["reason"]
+    st["stopped_by_user"] = bool(f.get("by_user"))
 
 
 def raise_selftest(st: dict, f: dict) -> None:

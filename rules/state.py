@@ -100,6 +100,7 @@ def initial_state(sid: str, max_steps: int = thresholds.MAX_STEPS) -> dict:
         "unconfirmed_why": "",      # the server settings a retest could not confirm in effect, and why
         "unmeasured_why": "",       # the latest reason a reading was not a measurement
         "stop_reason": "",          # why the session must end now (a `stop` fact)
+        "stopped_by_user": False,   # the stop fact was the user's own
         "trained_ctx": 0,           # the model's trained context, as the context probe read it
         "confirm_failed": False,
         # the session's decisions so far

@@ -203,7 +203,7 @@ def test_ctrl_c_in_a_probe_stops_the_session_and_is_no_verdict(tmp_path, monkeyp
     assert rc == 130, screen
     assert "No lower-bit quantization" not in flat and "No config fits" not in flat
     assert "Why it stopped: you stopped the quant probe; nothing it measured is used" in flat
-    assert "everything measured before the stop is kept" in flat and "Fix it" not in flat
+    assert "Everything measured before the stop is kept" in flat and "Fix it" not in flat
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text()) if (tmp_path / "oomvet.yaml").exists() else None
     assert doc is None or (doc["verified"] is False and "stopped by the user during the quant probe" in doc["unverified"])
 

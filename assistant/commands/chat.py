@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.text import Text
 
 from assistant.files.atomic import check_out_dir
-from assistant.files.deliver import deliver
 from common.catalog import get_lang, set_lang, t
 from common.errors import ExitCode
 from assistant.intake import parse as parse_intake
@@ -57,12 +56,11 @@ def run(args, console: Console | None = None, stream=None, *, resume_log=None) -
             intake = parse_intake(first)
             if args.llm:
                 intake = _with_llm(intake, first, args, options, console)
-            set_lang(args.lang or intake.lang)
-            if options.budget is None and "budget" in intake.learned:
-                intake = ui.confirmed_budget(intake)
         else:
             first, intake = _journalled_intake(resume_log)
         lang = set_lang(args.lang or intake.lang)
+        if resume_log is None and options.budget is None and "budget" in intake.learned:
+            intake = ui.confirmed_budget(intake)
         options = options.with_words(intake)
         with open_world(options.world, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
             if resume_log is None:

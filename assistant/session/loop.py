@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 
 from assistant import __version__
 from assistant.session.answers import answer_facts
-from assistant.session.render import note
+from assistant.session.render import field_words, note
 from common.catalog import t
 from common.errors import ExitCode, ProbeError, ServerUnreachable
 from assistant.intake import Intake
@@ -167,7 +167,7 @@ class Session:
         self.broken = Cancelled(f"stopped by the user during the {name} probe")
         self.stopped_probe = name
         return advisor.post_many([{"kind": "probe_done", "probe": name, "ok": False, "error": "stopped by the user"},
-                                  {"kind": "stop", "reason": str(self.broken)}])
+                                  {"kind": "stop", "reason": str(self.broken), "by_user": True}])
 
     def _change(self, advisor: Advisor, step: dict) -> dict:
         if not self.ui.consent(step):
@@ -363,8 +363,7 @@ class Session:
                         "settled": first.get("used_settled")}
         # the recommended config's own peak, from its own retest: not the highest of every
         # step (a failed tier at another context is no reading of this config)
-        own = [f for f in facts if f["kind"] == "stability" and config
-               and config_key(f.get("config") or {}) == config_key(config) and f.get("peak") is not None]
+        own = [f for f in _retests_of(facts, config) if f.get("peak") is not None] if config else []
         if own:
             readings["peak"] = own[-1]["peak"]
         return {"device": {k: device.get(k) for k in ("name", "vendor", "total", "source", "unified")},
@@ -380,9 +379,14 @@ def _own_retest(facts: list[dict], config: dict | None) -> dict | None:
     beside it, is not its evidence); with no config, the last retest."""
     retests = [f for f in facts if f["kind"] == "stability"]
     if config:
-        key = config_key(config)
-        retests = [f for f in retests if config_key(f.get("config") or {}) == key] or retests
+        retests = _retests_of(facts, config) or retests
     return retests[-1] if retests else None
+
+
+def _retests_of(facts: list[dict], config: dict) -> list[dict]:
+    """The retests of ``config`` itself, in order."""
+    key = config_key(config)
+    return [f for f in facts if f["kind"] == "stability" and config_key(f.get("config") or {}) == key]
 
 
 def _server_env(config: dict | None, in_effect: dict[str, str] | None,
@@ -415,15 +419,9 @@ def _peak(result: ProbeResult) -> int | None:
     return max(peaks) if peaks else None
 
 
-#: the questions with a name for a person (``ui.field.<question>``)
-FIELDS = ("model", "want_ctx", "want_parallel", "keep_context", "keep_concurrency", "budget")
-
-
 def _asked(question: str, value: Any, lang: str) -> str:
     """A question and its answer as the steps table says them: words, not keys and True."""
-    what = t(f"ui.field.{question}", lang) if question in FIELDS else question
-    shown = "—" if value is None else t("ui.yes" if value else "ui.no", lang) if isinstance(value, bool) else (
-        fmt_size(value) if question == "budget" and isinstance(value, int) else str(value))
+    what, shown = field_words(question, value, lang)
     return t("session.asked", lang, question=what, value=shown)
 
 

@@ -30,6 +30,21 @@ COMPACT_BELOW = 100  # columns
 KNOBS = ("max_context_len", "quant_type", "max_batch_size", "max_concurrency", "kv_cache")
 
 
+#: the questions with a name for a person (``ui.field.<question>``)
+FIELDS = ("model", "want_ctx", "want_parallel", "keep_context", "keep_concurrency", "budget")
+
+
+def field_words(question: str, value: Any, lang: str | None = None) -> tuple[str, str]:
+    """An answer as a person reads it: the question's name and the value in
+    words (yes / no, a size), not a key and ``True``."""
+    name = t(f"ui.field.{question}", lang) if question in FIELDS else question
+    if value is None:
+        return name, "—"
+    if isinstance(value, bool):
+        return name, t("ui.yes" if value else "ui.no", lang)
+    return name, fmt_size(value) if question == "budget" and isinstance(value, int) else str(value)
+
+
 def knob_name(knob: str | None) -> str:
     """A knob's name for a person: the key, with its meaning in Chinese."""
     return t(f"knob.name.{knob}") if knob in KNOBS else str(knob)
@@ -193,6 +208,7 @@ def show_probe(console: Console, result: ProbeResult, session=None, readings=(),
 
 def show_done(console: Console, result: dict) -> None:
     diagnosis = result.get("diagnosis") or {}
+    stopped = diagnosis.get("advice_key") in ("broken_off", "user_stopped")  # the rules' two ends of a stop
     console.print(Text(diagnosis.get("summary") or t(f"ui.cause.{diagnosis.get('cause')}"), style="bold"))
     if diagnosis.get("reproduction"):
         console.print(Text(diagnosis["reproduction"]))
@@ -209,17 +225,15 @@ def show_done(console: Console, result: dict) -> None:
             console.print(Text(diagnosis["choice"]))
         for alt in result.get("alternatives") or []:
             console.print(Text(alternative_line(alt, result.get("want_ctx"))))
-    elif diagnosis.get("advice_key") == "broken_off":  # stopped before a config was measured: no verdict
+    elif stopped:  # stopped before a config was measured: no verdict
         console.print(t("ui.nothing_yet"))
     else:
         console.print(t("ui.nothing_fits"))
-    if diagnosis.get("advice_key") == "broken_off" and result.get("stopped_probe"):  # the user's stop, in words
+    if stopped and result.get("stopped_probe"):  # the user's stop, in words
         console.print(Text(t("ui.stopped_why", why=t("ui.stopped_user", probe=probe_name(result["stopped_probe"])))))
-    elif diagnosis.get("advice_key") == "broken_off" and result.get("unverified"):
+    elif stopped and result.get("unverified"):
         why = result.get("unverified_zh") if get_lang() == "zh" and result.get("unverified_zh") else result["unverified"]
         console.print(Text(t("ui.stopped_why", why=why)))
     advice = (result.get("diagnosis") or {}).get("advice")
-    if result.get("stopped_probe"):  # the user's own stop: nothing to fix, the chat says how to go on
-        advice = t("ui.stopped_advice")
     if advice:
         console.print(t("ui.advice", advice=advice), highlight=False, markup=False)

@@ -19,7 +19,7 @@ from rich.text import Text
 from assistant.report.why import why_lines
 from assistant.session import explain, live, render, replies
 from assistant.session.live import QuitSession
-from assistant.session.answers import Share, parse_answer, parse_pick, parse_yes_no
+from assistant.session.answers import Share, answer_facts, parse_answer, parse_pick, parse_yes_no
 from assistant.intake import Intake, without_budget
 from common.catalog import get_lang, set_lang, t
 from probes.result import ProbeResult
@@ -32,12 +32,6 @@ def _same_words(reason: str, question: str) -> bool:
         return re.sub(r"[\W_]+", "", x.lower())
     r, q = squash(reason), squash(question)
     return not r or r in q or q in r
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return t("ui.yes" if v else "ui.no")
-    return str(v)
 
 
 def _answer_line(answer: dict, want: int | None) -> str:
@@ -260,8 +254,9 @@ class ChatUI:
             return False  # an answer to the question asked, in a correcting voice
         if "model" in said:
             self.session.model = str(said["model"])
-        self.advisor.post_many([{"kind": "answer", "question": k, "value": v} for k, v in said.items()])
-        shown = ", ".join(f"{t(f'ui.field.{k}')} {_value(v)}" for k, v in said.items())
+        # the same answer facts a reply to each of these questions gives (answers.answer_facts)
+        self.advisor.post_many([fact for k, v in said.items() for fact in answer_facts(k, v)])
+        shown = ", ".join(" ".join(render.field_words(k, v)) for k, v in said.items())
         self.say(t("ui.corrected", fields=shown))
         return True
 
@@ -289,7 +284,6 @@ class ChatUI:
         question, _ = previous[-1]
         value = self.ask(question, "")
         if self.advisor is not None:
-            from assistant.session.answers import answer_facts  # the same reading the session posts
             total = self.session.world.device_fact().get("total") if self.session is not None else None
             self.advisor.post_many(answer_facts(question, value, device_total=total))
 
