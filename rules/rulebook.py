@@ -211,7 +211,8 @@ def step_fields(st: dict, step: dict) -> dict:
         "want_parallel": st["want_parallel"] or "?",
         "best_ctx": st["tier_best_ctx"],
         "fail_ctx": st["tier_fail_ctx"],
-        "num_ctx": args.get("num_ctx", current_ctx(st)),
+        # a request with no num_ctx gets the server's own default: as read ("?" unread), never "None"
+        "num_ctx": args.get("num_ctx", current_ctx(st)) or st.get("srv_default_ctx") or "?",
         "batch": args.get("num_batch", thresholds.CONSERVATIVE_NUM_BATCH),
         "limit": format_size(st["limit"]),
         "fit_limit": format_size(st["fit_limit"]),

@@ -44,6 +44,7 @@ def test_en_natural_replies_and_questions_mid_chat(tmp_path):
     assert "could not read that" not in flat  # every reply was taken as meant
     assert "KV cache: the memory where the model keeps" in flat
     assert "The baseline tells the two causes apart" in flat
+    assert "Start from conservative settings" in flat  # and the rule's own sentence for the waiting step
     # each question was answered, then the pending consent asked again: asked three times
     assert flat.count(CONSENT) == 3
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())

@@ -66,6 +66,9 @@ def test_a_failure_at_the_servers_default_context_is_the_kv_cache():
                     context=[[tier("short", 2048, 9 * GiB), tier("long", 8192, 11 * GiB)]], stability=[passed()])
     adv, trace, steps = drive([symptom("slow"), target(want_ctx=8192, ctx_unset=True), DEV, server()], script)
     assert steps[0]["args"]["num_ctx"] is None  # the app sends none: neither does its reproduction
+    # ...and the step's sentence names the server's default as read, never "context None"
+    said = adv.why()[0]["reason"]
+    assert "None" not in said and f"at context {server()['default_ctx']} " in said
     assert steps[-1]["cause"] == "kv_cache" and steps[-1]["advice"] == "default_ctx_overflows"
     assert steps[-1]["config"]["max_context_len"] == 8192 and steps[-1]["verified"] is True
 

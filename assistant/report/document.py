@@ -246,7 +246,13 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
     blocks.append(Heading(t("report.why", lang)))
     why = list(result.get("why") or [])
     if why:  # sentences, as the chat's /why says them: no rule names, no internal keys
-        blocks.append(Items(tuple(line.strip() for line in why_lines(why, lang))))
+        items: list[str] = []
+        for line in why_lines(why, lang):  # the method's reason joins its step's item
+            if line.startswith(" ") and items:
+                items[-1] += " " + line.strip()
+            else:
+                items.append(line)
+        blocks.append(Items(tuple(items)))
     else:
         blocks.append(Para(t("report.none", lang)))
 

@@ -231,12 +231,21 @@ class ChatUI:
         if reply.kind == replies.SKIP:
             return "/skip"
         if reply.kind == replies.QUESTION:
+            if not reason and step is not None and self.advisor is not None:
+                reason = self._step_sentence()
             for text in explain.answer(reply, step, reason):
                 self.say(text)
             return None
         if replies.correction(line) and self._corrected(line, asked):
             return None
         return line
+
+    def _step_sentence(self) -> str:
+        """The rule's own sentence for the step now waiting (the why chain's last)."""
+        chain = self.advisor.why()
+        if not chain:
+            return ""
+        return (chain[-1].get("reason_zh") if get_lang() == "zh" else None) or chain[-1].get("reason") or ""
 
     def _corrected(self, line: str, asked: str | None) -> bool:
         """Post what a correcting reply says of fields other than the one
@@ -298,10 +307,9 @@ class ChatUI:
             model = args.get("model") or (args.get("config") or {}).get("model") or (self.session.model if self.session else "")
             text = t("ui.consent.probe", probe=render.probe_name(step["probe"]), model=model,
                      what=t(f"ui.what.{step['probe']}"))
-        reason = step.get("reason_zh") if get_lang() == "zh" else step.get("reason")
         while True:
             self.say(text)
-            line = self.heard(self.read(text), step, reason or "")
+            line = self.heard(self.read(text), step)
             if line is None:
                 continue
             line = line.strip().lower()
