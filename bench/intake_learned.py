@@ -6,7 +6,7 @@ For each tuning round, the batch that round tuned on is read by the intake's
 cues and size grammar as they were *before* that tuning (the code taken from
 git, any learned reader of that time switched off): that is what a message of
 a new writer meets. Then, leaving that batch out, the three readers are fitted
-on every other development batch (and the pinned tables), and asked where the
+on every other development batch, and asked where the
 hand-written readers were silent, as the parser asks them: *what* where no cue
 said what, *when* where no cue said when and the message reports trouble,
 the budget where the grammar read none. The figures are how many labels each
@@ -95,10 +95,9 @@ def fresh_readings() -> dict[str, list[tuple[dict, dict]]]:
 def leave_one_out(fresh: dict) -> dict[str, tuple]:
     """``{batch: (models fitted without it, [scrubbed message])}``."""
     every = tuple(p.stem for p in sorted(learned.CORPUS.glob("dev*.yaml")))
-    pinned = tuple(p.stem for p in sorted(learned.CORPUS.glob("pinned_*.yaml")))
     out = {}
     for stem, pairs in fresh.items():
-        out[stem] = (learned.fit_all(learned.labelled(tuple(s for s in every if s != stem) + pinned)),
+        out[stem] = (learned.fit_all(learned.labelled(tuple(s for s in every if s != stem))),
                      [scrub(row["text"]) for row, _ in pairs])
     return out
 

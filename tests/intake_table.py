@@ -43,18 +43,30 @@ def observed(text: str) -> dict:
     return {name: getattr(got, name) for name in FIELDS}
 
 
+def observed_or_asked(text: str, expected: dict) -> dict:
+    """What the intake read of ``text``, where a field it is unsure of (and so
+    asks, issue 33) counts as expected whatever it read: a table row fails only
+    where a field is wrong *and* sure, or a field it does not check the
+    sureness of (language, GPU, error) is wrong."""
+    from assistant.intake import confidence
+
+    got = parse(text)
+    unsure = set(confidence.unsure(got))
+    return {name: expected[name] if name in unsure else getattr(got, name) for name in FIELDS}
+
+
 #: the corpus in the batches it was written in: the first batch split 70/30 by
 #: position (dev.yaml / heldout.yaml); later batches went whole to one side
-PARTS = {"dev": ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "dev8", "dev9", "dev10", "dev11", "dev12", "dev13", "dev14"),
-         "heldout": ("heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9", "heldout10")}
+PARTS = {"dev": ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "dev8", "dev9", "dev10", "dev11", "dev12", "dev13", "dev14", "dev15"),
+         "heldout": ("heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9", "heldout10", "heldout11")}
 
 
 def pinned_cases(lang: str) -> list:
-    """The pinned table of one language (assistant/intake/corpus/pinned_<lang>.yaml)
+    """The pinned table of one language (tests/data/intake/pinned_<lang>.yaml)
     as ``pytest.param(text, expected, id=...)`` rows."""
     import pytest
 
-    rows = yaml.safe_load((DEV_CORPUS / f"pinned_{lang}.yaml").read_text(encoding="utf-8"))
+    rows = yaml.safe_load((HELDOUT_CORPUS / f"pinned_{lang}.yaml").read_text(encoding="utf-8"))
     out = []
     for row in rows:
         row = dict(row)

@@ -39,9 +39,13 @@ def test_every_message_is_labelled_with_when_what_and_a_phase_that_follows_from_
 # Measured, not tuned: the figures of every round, before and after its
 # tuning, and how they were taken, are in docs/intake-corpus.md. After round
 # 11 (488 held-out messages): phase 465 (95.3%), when 466 (95.5%), what 469
-# (96.1%), budget 470 (96.3%), every other field >= 96.5%. No field is short
-# of the goal; a field that falls below it fails here.
-_SHORT_OF_GOAL: dict[str, str] = {}
+# (96.1%), budget 470 (96.3%), every other field >= 96.5%. Round 12 (issue
+# 33: the learned readers no longer learn from the pinned test tables, and a
+# new blind batch, heldout11): 548 messages, phase 512 (93.4%), when 513
+# (93.6%), every other field >= 95.1%. A field short of the goal is a strict
+# xfail with its figure (so a gain shows as well as a loss); any other field
+# that falls below it fails here.
+_SHORT_OF_GOAL: dict[str, str] = {"when": "513/548 (93.6%)", "phase": "512/548 (93.4%)"}
 
 
 @pytest.mark.parametrize("field", [

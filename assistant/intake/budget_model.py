@@ -78,6 +78,14 @@ def examples(rows) -> list[tuple[dict, int]]:
 
 
 def fit(pairs: list[tuple[dict, int]]):
+    """The ranker fitted over ``(features, is the budget)`` pairs (:func:`pipeline`),
+    kept as the arrays it computes with (:mod:`linear`)."""
+    from assistant.intake.linear import DictReader
+
+    return DictReader.from_pipeline(pipeline(pairs))
+
+
+def pipeline(pairs: list[tuple[dict, int]]):
     from sklearn.feature_extraction import DictVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline

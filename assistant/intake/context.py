@@ -23,7 +23,8 @@ _CTX_PATTERNS = [
     re.compile(r"(?<![\w.])" + _K + r"[\s-]*(?:个\s*)?tokens?\b(?!\s*(?:/|per\b|每))", ICASE),
     # a bare "128k", "超过 8k": in this room a k-number is a context size
     # (not a length of text, "40k characters", "200k+ chars": estimate_ctx reads those)
-    re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(k|K)(?![a-zA-Z\d])(?!\s*(?:requests|users|downloads|stars|"
+    re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(k|K)(?![a-zA-Z\d])(?!\s*(?:[a-z]+\s+)?(?:calls|queries|embeddings|iterations|steps)\b)"
+               r"(?!\s*(?:requests|users|downloads|stars|"
                r"docs|documents|files|rows|records|items|images|chunks|次|条))"
                r"(?!\+?\s*(?:characters?|chars|words?|字|词|lines|行)\b)", ICASE),
     # llama.cpp's "-c 32768"
@@ -56,6 +57,12 @@ def _ctx_value(number: str, k: str | None) -> int:
 def find_ctx(text: str) -> int | None:
     """The largest context size named: the one that fails or the one wanted.
     ``k`` is 1024 (``32k`` -> 32768), as Ollama users mean it."""
+    seen = ctx_sizes(text)
+    return max(seen) if seen else None
+
+
+def ctx_sizes(text: str) -> list[int]:
+    """Every context size named, but one said to work where another is not."""
     seen, working = [], set()
     for i, rx in enumerate(_CTX_PATTERNS):
         for m in rx.finditer(text):
@@ -76,8 +83,7 @@ def find_ctx(text: str) -> int | None:
         if n:
             place = 10000 if m.group(2) == "万" else 1000
             seen.append(int(round(n * place + (zh_number(m.group(3)) * place / 10 if m.group(3) else 0))))
-    seen = [v for v in seen if v <= 10_000_000]
-    return max(seen) if seen else None
+    return [v for v in seen if v <= 10_000_000]
 
 
 # Tokens per unit of length, for a context given as a length of text. An
@@ -88,7 +94,7 @@ TOKENS_PER_ZH_CHAR = 1.0
 CHARS_PER_EN_TOKEN = 4.0
 TOKENS_PER_EN_WORD = 4 / 3
 _ZH_CHARS = re.compile(r"([\d.]+|[一二两三四五六七八九十半]+)\s*(万|千)?(?:\s*([\d一二两三四五六七八九])\s*(?:千|百)?)?"
-                       r"\s*(?:多)?\s*(?:个)?\s*(字|单?词)(?!节)")
+                       r"\s*(?:多)?\s*(?:个)?\s*(?:英文|english|中文)?\s*(字|单?词)(?!节)")
 # a length per piece ("每段一千多字", "each chunk is 2,000 words") is not the length of the input
 _PER_PIECE = re.compile(r"(?:(?:每|单)\s*(?:一)?\s*(?:段|篇|份|条|章|页|块|个片段|个文件|个文档|片段)|\b(?:each|per)\s+[a-z]+\b)"
                         r"[^。,，;；.!?\n]{0,12}$", ICASE)
@@ -122,4 +128,4 @@ def estimate_ctx(text: str) -> int | None:
         tokens = n / CHARS_PER_EN_TOKEN if m.group(3).lower().startswith("char") else n * TOKENS_PER_EN_WORD
         if tokens >= 128:
             seen.append(tokens)
-    return int(max(seen)) if seen else None
+    return round(max(seen)) if seen else None

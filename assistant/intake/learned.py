@@ -5,7 +5,7 @@ were given, and each new writer brings phrasings no earlier one used ("the
 runner dies the instant it comes up", "一run就寄了", "两张 T4，每张16G"). Three
 readers fitted on the development corpus that ships with the package
 (``corpus/dev*.yaml``, every message labelled by the conventions in
-``dev.yaml``'s header, and the pinned tables) generalise over spelling and
+``dev.yaml``'s header) generalise over spelling and
 word order where a list of patterns cannot:
 
 - *when* the trouble happens: a character n-gram logistic regression over the
@@ -36,11 +36,17 @@ for all three on two cores, plus 1 s to import scikit-learn. It happens once
 per corpus: the fitted readers are kept in the user's cache folder
 (``platformdirs``; ``OOMVET_CACHE_DIR`` overrides), under a name drawn from
 every file of this package and the library versions, so a changed corpus,
-reader or scikit-learn fits again; a later process loads them (the import
-alone). Loading or fitting happens at the first message that needs it, or in
-the background from :func:`warm_up` (the chat starts it before the user's
-first message). If it cannot fit, messages are read without it. The held-out corpus
-(``tests/data/intake/``) is never in the package, so no model ever sees it.
+reader or scikit-learn fits again. They are kept as the arrays they compute
+with (:mod:`linear`), so a later process loads them with numpy alone in a
+tenth of a second, no scikit-learn. Loading or fitting happens at the first
+message that needs it, or in the background from :func:`warm_up` (the chat
+starts it before the user's first message). If it cannot fit, messages are
+read without it.
+
+What the readers learn from is the development batches alone. The held-out
+corpus and the intake's test tables (``tests/data/intake/``) are never in the
+package, so no reader ever sees a message a test scores it on
+(``tests/test_intake_learned.py`` fails if one does).
 """
 from __future__ import annotations
 
@@ -57,6 +63,7 @@ from typing import NamedTuple
 
 import yaml
 
+from assistant.intake.linear import TextReader
 from assistant.intake.scrub import Scrubbed, scrub
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -114,18 +121,6 @@ class Guess:
         return f"learned from examples ({self.probability:.0%})"
 
 
-#: what a pinned table's phase implies on each axis; a phase that leaves an
-#: axis open (long_input may come from a cut answer alone, crash from an OOM, a
-#: crash or a hang) teaches that axis nothing. The pinned rows of phase
-#: "unknown" are plain questions ("够不够？", "What fits?"), a kind the
-#: development batches, mostly trouble reports, have few of.
-_PINNED = {
-    "when": {"load": "load", "concurrent": "concurrent", "creeping": "over_time",
-             "crash": "unknown", "slow": "unknown", "unknown": "unknown"},
-    "what": {"slow": "slow", "unknown": "unknown"},
-}
-
-
 def corpus_rows(stems: tuple[str, ...] | None = None) -> list[dict]:
     """The development messages (every ``dev*.yaml``, or the batches named)."""
     files = [CORPUS / f"{stem}.yaml" for stem in stems] if stems is not None else sorted(CORPUS.glob("dev*.yaml"))
@@ -139,28 +134,26 @@ def view(axis: str, seen: Scrubbed) -> str:
 
 
 def labelled(stems: tuple[str, ...] | None = None) -> list[tuple[Scrubbed, dict]]:
-    """Every development message (or those of the batches named) and the
-    pinned tables' rows (``pinned_*.yaml``), each scrubbed, with its labels."""
-    if stems is None:
-        stems = tuple(p.stem for p in sorted(CORPUS.glob("dev*.yaml")) + sorted(CORPUS.glob("pinned_*.yaml")))
+    """Every development message (or those of the batches named), each
+    scrubbed, with its labels."""
     return [(scrub(row["text"]), row) for row in corpus_rows(stems)]
 
 
 def examples(axis: str = "when", rows: list[tuple[Scrubbed, dict]] | None = None) -> list[tuple[str, str]]:
     """``(text as the reader sees it, value)`` on ``axis`` of every labelled
-    row (:func:`labelled`) whose labels say that axis: a corpus message's own
-    label, a pinned row's phase where it implies the axis."""
-    out = []
-    for seen, row in labelled() if rows is None else rows:
-        if "when" in row or "what" in row:
-            out.append((view(axis, seen), row.get(axis) or "unknown"))
-        elif row["phase"] in _PINNED[axis]:
-            out.append((view(axis, seen), _PINNED[axis][row["phase"]]))
-    return out
+    row (:func:`labelled`) whose labels say either axis (one left out is "unknown")."""
+    return [(view(axis, seen), row.get(axis) or "unknown") for seen, row in (labelled() if rows is None else rows)
+            if "when" in row or "what" in row]
 
 
-def fit(pairs: list[tuple[str, str]]):
-    """A fitted scikit-learn pipeline over ``(text, value)`` pairs. newton-cg
+def fit(pairs: list[tuple[str, str]]) -> TextReader:
+    """A reader fitted over ``(text, value)`` pairs (:func:`pipeline`), kept
+    as the arrays it computes with (:mod:`linear`)."""
+    return TextReader.from_pipeline(pipeline(pairs))
+
+
+def pipeline(pairs: list[tuple[str, str]]):
+    """The scikit-learn pipeline fitted over ``(text, value)`` pairs. newton-cg
     reaches the same optimum as lbfgs in a tenth of the time on this data."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
@@ -298,6 +291,23 @@ def warm_up() -> None:
         except Exception:  # noqa: BLE001 - the message's own call reports it
             pass
     threading.Thread(target=fit_quietly, name="oomvet-learned-readers", daemon=True).start()
+
+
+def top(axis: str, text: str, model=None) -> Guess | None:
+    """The likeliest value on ``axis`` of ``text`` (that reader's :func:`view`)
+    and how likely, whatever it is ("unknown" too) and however unsure; None
+    where the text is too short to read or the reader cannot be had. A cue's
+    reading is weighed against it (:mod:`confidence`)."""
+    text = text[:MAX_CHARS]
+    if not long_enough(text):
+        return None
+    bundle = fitted() if model is None else None
+    if model is None and bundle is None:
+        return None
+    model = model or getattr(bundle, axis)
+    probabilities = model.predict_proba([text])[0]
+    best = int(probabilities.argmax())
+    return Guess(str(model.classes_[best]), float(probabilities[best]))
 
 
 def guess(axis: str, text: str, model=None, threshold: float | None = None) -> Guess | None:

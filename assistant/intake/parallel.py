@@ -40,7 +40,8 @@ _PAR_PATTERNS = [
     re.compile(r"\b" + NUMWORD + r"\s+(?:users?|requests?|clients?|sessions?|people|ppl|folks|connections?|calls|threads|"
                r"workers|agents|processes|branches|jobs|tasks|scripts)\s+"
                r"(?:\w+\s+){0,5}?(?:at once|at the same time|simultaneously|concurrently|in parallel|"
-               r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant)|in flight)", ICASE),
+               r"within (?:a|one|\d+) (?:second|millisecond|ms)s? of each other|at the same (?:moment|instant)|in flight|"
+               r"(?:come|comes|came|coming|arrive|arrives|arrived|land|lands|landed)\s+in\s+together)", ICASE),
     # "10+ people", "20+ users at once": a count with a plus is still the count
     re.compile(r"\b(\d+)\+\s*(?:[a-z]+\s+)?(?:users|people|ppl|folks|clients|agents|workers|requests|sessions|calls)\b", ICASE),
     # "16 threads -> it dies. 1 thread ok": threads set against a single one are the ones sending
@@ -70,8 +71,23 @@ _PAR_PATTERNS = [
     # "a second request while the first is still streaming": the second one makes two
     re.compile(r"\b(?:a|the)\s+(second|third|fourth)\s+(?:request|prompt|call|chat|user|client)"
                r"(?=[^.\n]{0,40}\bwhile\b)", ICASE),
+    # the one too many, after a count that copes: "fine with three; a fourth makes it crawl", "add a third
+    # caller", "第四个人一进来就卡" (read only beside a count of people or requests: "a third of the card" is a share)
+    # (a third *request* is one after another: "the third request never comes back")
+    re.compile(r"(?:\badd(?:ing)?\s+(?:in\s+)?(?:a|the|one more,?\s+a)\s+(second|third|fourth|fifth|sixth|seventh|eighth)\b(?!\s+of\b)"
+               r"|\b(?:a|the)\s+(third|fourth|fifth|sixth|seventh|eighth)\b(?!\s+of\b)"
+               r"(?=\s+(?:\w+\s+){0,3}?(?:users?|callers?|clients?|person|people|one|colleagues?|coworkers?|agents?|tabs?)\b"
+               r"|\s+(?:makes|breaks|joins|kills|crashes|tips)\b))", ICASE),
+    re.compile(r"第\s*([二三四五六七八九十]+|\d+)\s*(?:个|位|路)\s*(?:人|用户|请求|会话|同事|客户端|窗口)"),
+    # a parallel setting changed later in the sentence: "NUM_PARALLEL 2 没事，调到 6 就炸", "parallel 2 was fine, bumped it to 8"
+    re.compile(r"(?:num_parallel|parallel|并发数?)[^。\n.]{0,24}?(?:调到|调成|改成|改到|改为|设成|设到|开到|加到|提到|升到|换成|"
+               r"bumped\s+(?:it\s+)?to|raised\s+(?:it\s+)?to|set\s+(?:it\s+)?to|went\s+to|moved\s+(?:it\s+)?to)\s*(\d+)\b"
+               r"(?!\s*(?:g|gb|k|%))", ICASE),
+    # after a parallel setting that copes, the one that fails said as a bare number: "NUM_PARALLEL=4 is fine, 8 OOMs"
+    re.compile(r"(?:num_parallel|parallel)\s*[=:]?\s*\d+\b[^.\n]{0,40}?[,;，；]\s*(?:but\s+|and\s+)?(\d+)\s+"
+               r"(?:OOMs?|crashes|fails|breaks|dies|hangs|stalls|doesn't|does not|won't|is not|isn't)\b", ICASE),
 ]
-_ORDINALS = {"second": 2, "third": 3, "fourth": 4}
+_ORDINALS = {"second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8}
 # "两个同时上", "两边一起": a count with no noun, in a message with an embedding or rerank job beside the chat,
 # counts the two models at work, not requests to one
 _BARE_PAIR = re.compile(r"(?:2|两|俩)\s*(?:个|边)?\s*(?:同时|一起|并发|并行)")
@@ -79,6 +95,14 @@ _SECOND_MODEL = re.compile(r"embedding|embed\b|rerank|向量化|嵌入模型|一
 
 
 def find_parallel(text: str) -> int | None:
+    """The count of requests at once the message needs: the largest named (a
+    count that works is said beside the one that fails, and is smaller)."""
+    seen = parallel_counts(text)
+    return max(seen) if seen else None
+
+
+def parallel_counts(text: str) -> list[int]:
+    """Every count of requests at once the message names."""
     seen = []
     for rx in _PAR_PATTERNS:
         for m in rx.finditer(text):
@@ -91,4 +115,4 @@ def find_parallel(text: str) -> int | None:
             n = _ORDINALS.get(word.lower()) or count(word)
             if n and 1 <= n <= 1024:
                 seen.append(n)
-    return max(seen) if seen else None
+    return seen

@@ -36,6 +36,9 @@ class Intake:
                                       # model's reading may override these
     learned: tuple[str, ...] = ()     # what the learned readers gave (assistant.intake.learned) where no cue
                                       # or grammar did, or overruling a cue: any of "when", "what", "budget"
+    evidence: tuple[tuple[str, str], ...] = ()  # (field, class of its evidence), for each field read
+                                                # (assistant.intake.confidence: how sure that class is)
+    alternatives: tuple[tuple[str, tuple], ...] = ()  # (field, other values the message supports)
 
     def facts(self) -> list[dict]:
         """``[symptom, target]``, both valid under :func:`rules.facts.validate`."""

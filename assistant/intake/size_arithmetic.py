@@ -17,8 +17,26 @@ from assistant.intake.text import ICASE
 
 _NUMBER = r"(?<![\w.])(\d+(?:\.\d+)?)"
 _UNIT = r"(gib|gb|g|mib|mb|m)\b"
-# nvidia-smi's "used / total" column
-_SMI = re.compile(_NUMBER + r"\s*" + _UNIT + r"\s*/\s*" + _NUMBER + r"\s*" + _UNIT, ICASE)
+# nvidia-smi's "used / total" column ("5.1/16 GB": the unit said once, after the total)
+_SMI = re.compile(_NUMBER + r"\s*(?:" + _UNIT + r")?\s*/\s*" + _NUMBER + r"\s*" + _UNIT, ICASE)
+# the same reading in words: "1.4GB used of 11GB", "2 GB in use out of 16"
+_USED_OF = re.compile(_NUMBER + r"\s*(?:" + _UNIT + r")?\s*(?:used|in use|taken|occupied)\s*(?:of|out of)\s*(?:the\s+|my\s+)?"
+                      + _NUMBER + r"\s*" + _UNIT, ICASE)
+# what others hold, said in English after the card's size: "ComfyUI holds about 9 of it", "OBS and Discord
+# sit on roughly 2 GB"; the unit may be the card's
+_HOLDS_EN = re.compile(r"(?:^|[,;.(]\s*|\b(?:but|and|while|since|because)\s+)((?:[A-Za-z][\w.+-]*\s+){1,4}?)"
+                       r"(?:holds?|hold on to|uses?|sits?\s+on|eats?|takes?|occupies|grabs?|hogs?|reserves?|keeps?|already\s+(?:uses?|has|takes?))\s+"
+                       r"(?:about\s+|around\s+|roughly\s+|~\s*|like\s+|another\s+)?(\d+(?:\.\d+)?)\s*" + r"(?:" + _UNIT + r")?"
+                       r"(?=\s*(?:of it|of that|of the card|of vram|permanently|all the time|while|when|$|[,;.)]))", ICASE)
+# "只给我 6 of it", "i only let ollama have 6 of it": the part the user hands the model, unit from the card
+_LET_HAVE = re.compile(r"\b(?:let|allow|give)\s+(?:ollama|it|the model|the server|\w+)\s+(?:have|use|take|get)?\s*"
+                       r"(?:only\s+|just\s+|about\s+|around\s+)?(\d+(?:\.\d+)?)\s*(?:" + _UNIT + r")?\s*(?:of it|of them|of that)", ICASE)
+# "显存 12G，其中 0.8G 是桌面占的": a part of the card that something else holds
+_OF_WHICH_HELD_ZH = re.compile(r"其中\s*(?:有\s*)?" + _NUMBER + r"\s*(?:" + _UNIT + r")?\s*(?:左右|多)?\s*(?:是|被|给|让)\s*"
+                               r"([^,，。;；\n\d]{0,12}?)(?:占|用|吃)(?:的|掉|了|着)", ICASE)
+# what is not someone else's: the model's own use, the cache or context it grows
+_NOT_OTHERS = re.compile(r"ollama|model|it\b|llama|qwen|gemma|mistral|phi|deepseek|cache|kv|context|weights?|layers?|"
+                         r"the runner|the server|that|this|which|each|every", ICASE)
 # the reading was taken before the model went on, so what it shows used is someone else's
 _BEFORE_START = re.compile(r"before\b|idle|nothing (?:else )?(?:running|loaded|open)|empty|fresh boot|after (?:a )?(?:reboot|boot)|"
                            r"开始前|之前|启动前|加载前|还没|空载|刚开机|没跑|开机后", ICASE)
@@ -63,12 +81,32 @@ def _last_size(text: str, end: int, reach: int = 60):
 
 def readings(text: str, free: list, total: list, card: list) -> None:
     """Add what ``text`` says by sums to ``free``, ``total`` and ``card``."""
-    for m in _SMI.finditer(text):
-        used, size = to_bytes(m.group(1), m.group(2)), to_bytes(m.group(3), m.group(4))
+    for m in [*_SMI.finditer(text), *_USED_OF.finditer(text)]:
+        used, size = to_bytes(m.group(1), m.group(2) or m.group(4)), to_bytes(m.group(3), m.group(4))
         if used is None or size is None or used >= size:
             continue
         clause = re.split(r"[.。;；\n]", text[max(0, m.start() - 80):m.start()])[-1] + text[m.end():m.end() + 40]
         (free.append(size - used) if _BEFORE_START.search(clause) else total.append(size))
+    for m in _HOLDS_EN.finditer(text):
+        card_size = _last_size(text, m.start(2), reach=80)
+        if _NOT_OTHERS.search(m.group(1)) or not card_size or not card_size[0]:
+            continue
+        held = to_bytes(m.group(2), m.group(3) or card_size[1])
+        if held and held < card_size[0]:
+            free.append(card_size[0] - held)
+    for m in _LET_HAVE.finditer(text):
+        card_size = _last_size(text, m.start(1), reach=80)
+        if card_size and card_size[0]:
+            part = to_bytes(m.group(1), m.group(2) or card_size[1])
+            if part and part < card_size[0]:
+                free.append(part)
+    for m in _OF_WHICH_HELD_ZH.finditer(text):
+        card_size = _last_size(text, m.start(), reach=40)
+        if _OWN.search(m.group(3)) or not card_size or not card_size[0]:
+            continue
+        held = to_bytes(m.group(1), m.group(2) or card_size[1])
+        if held and held < card_size[0]:
+            free.append(card_size[0] - held)
     for m in _HELD_ZH.finditer(text):
         if _OWN.search(m.group(1)):
             continue

@@ -18,6 +18,8 @@ _GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unifie
 _FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:dedicated\s+(?:(?:gpu|video)\s+)?(?:memory\s+)?)?(?:of\s+)?(?:free|available|left|headroom|spare|"
                r"(?:is\s+|are\s+)?usable|可用|剩余|空闲|能用|可以用)")
 _FREE_BEFORE = (r"(?:(?:实际|真正)?(?:能用|可以用|可用)的|剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|"
+                # what is set aside for this model: "只给这个模型留 30G", "给 ollama 留出 20G"
+                r"给\s*\S{0,10}?\s*留(?:了|出|下)?|"
                 r"最多(?:只能)?(?:用|给|占)?|只能(?:用|占)|只用|(?:不能|不要|别|不可以)?超过|不超过|free|available|"
                 r"only may use|may use|can use|at most|no more than|up to|fit (?:in|into|within|under)|"
                 # what someone hands ollama: "给 ollama 分了 6G", "ollama is allowed 30GB", "should only use 18GB"
@@ -55,7 +57,8 @@ _SIZE_NEAR_GPU = re.compile(r"^\s*(?:(?:笔记本|移动|桌面|台式)(?:版|�
 _TIMES = re.compile(r"\s*[×xX*]\s*([2-8])(?![\d.])")
 #: the patterns above that say what is free or allowed, not what the card has
 _FREE_PATTERNS = (2, 3, 4, 5)
-_SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本)?\s*$", ICASE)
+_SIZE_BEFORE_GPU = re.compile(r"(?<![\w.])" + _SIZE + r"\s*(?:的|版|版本|(?:of\s+vram\s+)?(?:on|in)\s+(?:my|the|a|an|this|our)\s+)?\s*$",
+                              ICASE)
 # "用了 7G 显存", "needs 10GB VRAM": usage or a requirement, not what the card has
 _USAGE_BEFORE = re.compile(
     r"(?:占用|用了|使用了?|占了|占着|吃了|吃掉|涨到|需要|要|uses|using|used|tak(?:es|ing)|took|eat(?:s|ing)|hold(?:s|ing)|needs?|requires?|allocat\w*|"
@@ -72,7 +75,8 @@ _RAM_AFTER = re.compile(r"\s*(?:of\s+)?(?:(?:system\s+|host\s+|cpu\s+|ddr\d\s+)?
 
 # the size of something other than the card: a model's or a file's ("I only use 8GB models", "5G 的模型"),
 # or one request's share ("每个请求 2G 左右")
-_OF_SOMETHING_ELSE_AFTER = re.compile(r"\s*(?:的)?\s*(?:models?\b|模型|weights?\b|files?\b|文件|gguf\b|权重)", ICASE)
+_OF_SOMETHING_ELSE_AFTER = re.compile(r"\s*(?:的)?\s*(?:models?\b|模型|weights?\b|files?\b|文件|gguf\b|权重|on disk\b|download\b|"
+                                      r"to download\b|in size\b)", ICASE)
 _PER_BEFORE = re.compile(r"(?:每(?:个|一个|条|次)?|单个|\bper|\beach)\s*(?:请求|并发|槽位?|slots?|requests?|users?|用户|会话|sessions?|workers?)"
                          r"\s*(?:大概|大约|约|about|around|~)?\s*$", ICASE)
 _SOMETHING_ELSE_BEFORE = re.compile(r"(?:\bmodels?|模型|\bfiles?|文件|\bgguf|\bweights?|权重)(?:\s*file)?\s*(?:size\s*|大小\s*)?"
@@ -117,6 +121,16 @@ def find_budget(text: str, gpus) -> int | None:
     total ("一共 32G", "nvidia-smi 181MiB / 4096MiB"), then the size named next
     to a GPU word or name; within a kind the smallest counts (system RAM is
     never a budget)."""
+    for kind in budget_sizes(text, gpus).values():
+        if kind:
+            return min(kind)
+    return None
+
+
+def budget_sizes(text: str, gpus) -> dict[str, list[int]]:
+    """The sizes said as the user's GPU memory, by kind, in the order
+    :func:`find_budget` ranks them: ``free`` (free, allowed, left after what
+    others hold), ``total``, ``card``."""
     free, total, card = [], [], []
     for i, rx in enumerate(_BUDGET_PATTERNS):
         for m in rx.finditer(text):
@@ -134,14 +148,31 @@ def find_budget(text: str, gpus) -> int | None:
             size = _bytes(after.group(1), after.group(2))
             cards = _TIMES.match(text, end + after.end())
             (total if cards else card).append(size * int(cards.group(1)) if cards and size else size)
-        before = _SIZE_BEFORE_GPU.search(text[max(0, start - 14):start])
+        before = _SIZE_BEFORE_GPU.search(text[max(0, start - 30):start])
         if before:
             card.append(_bytes(before.group(1), before.group(2)))
     arithmetic.readings(text, free, total, card)
-    for kind in (free, total, card):
-        kind[:] = [v for v in kind if v and v >= 256 << 20]  # below 256 MiB it is not a GPU
-        if kind:
-            return min(kind)
+    # below 256 MiB it is not a GPU
+    return {name: [v for v in kind if v and v >= 256 << 20] for name, kind in (("free", free), ("total", total), ("card", card))}
+
+
+_CARD_COUNT = re.compile(
+    r"([两俩二三四五六七八2-8])\s*(?:张|块)\s*(?:卡|显卡|gpu)?"
+    r"|\b(two|three|four|five|six|seven|eight|[2-8])\s+(?:\w+\s+)?(?:cards|gpus)\b"
+    r"|\b(two|three|four|five|six|seven|eight|[2-8])\s+(?:rtx\s+|gtx\s+|tesla\s+)?[a-z]{0,2}\d{2,4}(?:\s*ti)?s\b"
+    r"|\b([2-8])\s*[x×]\s*(?:rtx\s+|gtx\s+|tesla\s+)?[a-z]{0,2}\d{2,4}", ICASE)
+
+
+def card_count(text: str) -> int | None:
+    """How many cards the message says the machine has ("两张 P40", "two 3090s",
+    "3x 3090"), or None where it names no count: a size said per card is
+    then either the budget of one card or a part of their sum."""
+    from assistant.intake.numbers import count
+
+    for m in _CARD_COUNT.finditer(text):
+        n = count(next(g for g in m.groups() if g))
+        if n and 2 <= n <= 8:
+            return n
     return None
 
 
