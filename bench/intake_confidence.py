@@ -45,7 +45,8 @@ SURENESS_OF = {"when": "phase", "what": "phase"}
 
 
 def _label(row: dict, field: str):
-    return row.get(field) or ("unknown" if field in ("when", "what", "phase") else None)
+    label = row.get(field)
+    return "unknown" if label is None and field in ("when", "what", "phase") else label
 
 
 def _right(field: str, row: dict, got) -> bool:

@@ -20,6 +20,7 @@ from tests.chat_driver import run_chat
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
+# "slow" and "partly on the GPU" say what, not when: the chat asks when (one extra reply, "", keeps its reading)
 WEIGHTS = "neohorse-1:f16 is painfully slow, ollama ps shows it only partly on the GPU. 8k context is plenty."
 CONSENT = "Next I will run the baseline probe"
 
@@ -37,7 +38,7 @@ def _sessions(capsys) -> list[dict]:
 def test_en_natural_replies_and_questions_mid_chat(tmp_path):
     rc, screen = run_chat(
         ["--simulate", str(SCENARIOS / "weights.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
-        [WEIGHTS, "sure, go ahead", "what does KV cache mean?", "wait, why do you need a baseline?",
+        [WEIGHTS, "", "sure, go ahead", "what does KV cache mean?", "wait, why do you need a baseline?",
          "yes please", "ok, go for it", "alright, do it", "yep, run it", "fine", "sure"])
     flat = _flat(screen)
     assert rc == 0, screen
@@ -100,7 +101,7 @@ def test_a_stopped_probe_can_be_run_again_and_is_then_evidence(tmp_path, monkeyp
     stop = _StopOnce(quant.run)
     monkeypatch.setattr(quant, "run", stop)
     rc, screen = run_chat(["--simulate", str(SCENARIOS / "weights.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
-                          [WEIGHTS, "", "", "", "run it again", "", "", "", ""])
+                          [WEIGHTS, "", "", "", "", "run it again", "", "", "", ""])
     assert stop.calls == 2 and rc == 0, screen
     assert "The quant probe was stopped; nothing it measured is used." in _flat(screen)
     assert yaml.safe_load((tmp_path / "oomvet.yaml").read_text())["verified"] is True
@@ -112,7 +113,7 @@ def test_a_stopped_probe_can_be_skipped_as_if_declined(tmp_path, monkeypatch):
     stop = _StopOnce(quant.run)
     monkeypatch.setattr(quant, "run", stop)
     rc, screen = run_chat(["--simulate", str(SCENARIOS / "weights.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
-                          [WEIGHTS, "", "", "", "跳过", "", "", "", ""])
+                          [WEIGHTS, "", "", "", "", "跳过", "", "", "", ""])
     assert stop.calls == 1, screen
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     quant_steps = [s for s in doc["steps"] if s.get("probe") == "quant"]
@@ -130,7 +131,7 @@ def test_a_chat_stopped_mid_probe_is_a_session_that_resume_finishes(tmp_path, mo
     monkeypatch.setattr(quant, "run", stop)
     out = tmp_path / "out"
     rc, screen = run_chat(["--simulate", str(SCENARIOS / "weights.yaml"), "--out", str(out), "--settle", "0.2"],
-                          [WEIGHTS, "", "", "", "stop here"])
+                          [WEIGHTS, "", "", "", "", "stop here"])
     assert rc == 130, screen
     rows = _sessions(capsys)
     assert len(rows) == 1 and rows[0]["state"] == "stopped" and rows[0]["verified"] is False

@@ -18,7 +18,8 @@ def test_zh_session_on_a_long_context_problem_ends_with_a_verified_config(tmp_pa
         ["4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
          "/why", "/status", "", "", "", "否", "", "", "", "", ""])
     assert rc == 0, screen
-    assert "我理解到：长输入时失败，模型 neohorse-1:q4_K_M，上下文 32768" in screen
+    assert "我从你的消息里读到" in screen and "  问题：长输入时失败\n" in screen
+    assert "  模型：neohorse-1:q4_K_M\n" in screen and "  上下文：32768\n" in screen and "不确定" not in screen
     assert "诊断：KV 缓存随上下文增长，超出了内存上限。" in screen
     assert "已通过稳定性复测验证" in screen
     assert "原因 — 到目前为止的每一步及其理由" in screen  # /why answered in Chinese
@@ -109,8 +110,8 @@ def test_a_budget_only_the_learned_reader_took_is_confirmed_first_and_can_be_rep
         ["本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
          "6GiB", "", "", "", "否", "", "", "", "", "", ""])
     flat = re.sub(r"\s*\n\s*", " ", screen)  # the console wraps long lines
-    assert "我从你的消息里推测显存上限是 8.00 GiB，但这只是推测。" in flat
-    assert "我理解到：长输入时失败，模型 neohorse-1:q4_K_M，上下文 32768，显存 6.00 GiB。" in flat
+    assert "模型可用显存：8.00 GiB（不确定，稍后会问你）" in flat
+    assert "模型最多可以用多少显存？[1] 1) 8.00 GiB 2) 没有限制：按整张卡测量 3) 其他数值" in flat
     assert re.search(r"上限\s+6\.00 GiB", screen), "the probes measure against the figure the user typed"
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert rc in (0, 1) and doc["diagnosis"]["cause"] == "kv_cache"
@@ -121,27 +122,33 @@ def test_a_learned_budget_declined_leaves_the_device_as_the_limit_en(tmp_path):
         ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
         ["my laptop whose NVIDIA chip has 8 gigs runs neohorse-1:q4_K_M fine until the context reaches 32k, then it OOMs",
          "no", "", "", "n", "", "", "", "", "", ""])
-    assert "I took the memory limit 8.00 GiB from your message, but that is a guess." in re.sub(r"\s*\n\s*", " ", screen)
-    assert "I read: fails with long input, model neohorse-1:q4_K_M, context 32768." in screen  # no memory: the device's
+    flat = re.sub(r"\s*\n\s*", " ", screen)
+    assert "memory the model may use: 8.00 GiB (not sure: I will ask)" in flat
+    assert "How much memory may the model use? [1] 1) 8.00 GiB 2) no limit of mine: the whole device" in flat
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
+    assert "your message" not in doc["evidence"]["limit_note"]  # no memory of the user's: the device's
 
 
-def test_auto_keeps_a_learned_budget_and_says_it_is_a_guess(tmp_path):
+def test_auto_leaves_an_unsure_budget_open_and_says_so(tmp_path):
     rc, screen = run_chat(
         ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2", "--auto"],
         ["my laptop whose NVIDIA chip has 8 gigs runs neohorse-1:q4_K_M fine until the context reaches 32k, then it OOMs",
          "", "", "", "", "", "", "", ""])
-    assert "I took the memory limit 8.00 GiB from your message (a guess); every measurement is held to it." in screen
-    assert "I read: fails with long input, model neohorse-1:q4_K_M, context 32768, memory 8.00 GiB." in screen
+    flat = re.sub(r"\s*\n\s*", " ", screen)
+    assert "Not sure of the memory the model may use (8.00 GiB): unattended (--auto), I do not use a guess" in flat
+    assert "How much memory may the model use?" not in flat  # nothing asked
+    doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
+    assert "your message" not in doc["evidence"]["limit_note"]
 
 
 def test_a_budget_the_grammar_read_is_not_asked_about(tmp_path):
     rc, screen = run_chat(
         ["--simulate", str(SCENARIOS / "kv_cache.yaml"), "--out", str(tmp_path), "--settle", "0.2", "--auto"],
         ["4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题", "", "", "", "", "", "", ""])
-    assert "推测" not in screen and "guess" not in screen
+    assert "不确定" not in screen and "推测" not in screen and "模型最多可以用多少显存" not in screen
 
 
-def test_diagnose_keeps_a_learned_budget_and_says_it_is_a_guess(tmp_path, capsys):
+def test_diagnose_leaves_an_unsure_budget_open_and_says_so(tmp_path, capsys):
     from assistant.cli import main
     answers = tmp_path / "answers.yaml"
     answers.write_text(yaml.safe_dump({"symptom": "本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
@@ -150,11 +157,10 @@ def test_diagnose_keeps_a_learned_budget_and_says_it_is_a_guess(tmp_path, capsys
                  "--model", "neohorse-1:q4_K_M", "--settle", "0.2", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code in (0, 1)
-    assert "我从你的消息里推测显存上限是 8.00 GiB（推测的）；所有测量都以它为上限。" in re.sub(r"\s*\n\s*", "", err)
+    assert "不确定模型可用显存（8.00 GiB）：无人值守（--auto）时不使用推测，先不采用。" in re.sub(r"\s*\n\s*", "", err)
     doc = yaml.safe_load((tmp_path / "out" / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "kv_cache"
-    # held to it: 8 GiB is more than the 4060 can give beside its other processes
-    assert doc["evidence"]["limit_note"].startswith("your message (8.00 GiB) is more than")
+    assert "your message" not in doc["evidence"]["limit_note"]  # the device's own limit, not the guess
 
 
 def test_diagnose_holds_every_measurement_to_a_budget_the_symptom_gave(tmp_path):
@@ -215,7 +221,7 @@ CONTRACTS = ("Our contract reviews need neohorse-1:q8_0 with the whole 32k conte
 def test_the_user_picks_the_other_verified_answer_and_the_files_write_it(tmp_path):
     # issue 29: both answers were retested; in the chat the user picks which one the files write
     rc, screen = run_chat(["--simulate", str(SCENARIOS / "only_q4.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
-                          [CONTRACTS, *[""] * 7, "the second one", ""])
+                          [CONTRACTS, "", *[""] * 7, "the second one", ""])  # "" keeps "the context must stay"
     assert rc == 0, screen
     assert "Which should the files write? 1) neohorse-1:q4_K_M, context 32768" in " ".join(screen.split())
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
@@ -234,7 +240,7 @@ def test_the_user_picks_the_other_verified_answer_and_the_files_write_it(tmp_pat
 
 def test_leaving_at_the_pick_keeps_the_methods_choice_and_loses_nothing(tmp_path):
     rc, screen = run_chat(["--simulate", str(SCENARIOS / "only_q4.yaml"), "--out", str(tmp_path), "--settle", "0.2"],
-                          [CONTRACTS, *[""] * 7])  # the input ends at the pick
+                          [CONTRACTS, "", *[""] * 7])  # the input ends at the pick
     assert rc == 0 and "Kept the method's choice" in screen, screen
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert doc["model"] == "neohorse-1:q4_K_M" and doc["verified"] is True

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from assistant.session.answers import Share, answer_facts, parse_answer, parse_yes_no
-from assistant.intake import Intake
+from assistant.intake import Intake, confidence
 from assistant.session.ui import ChatUI
 from rules import record
 
@@ -136,12 +136,13 @@ def test_an_answers_file_budget_without_a_unit_is_refused_in_one_line(tmp_path):
 _LEARNED_BUDGET = "本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题"
 
 
-def test_a_later_symptom_answer_with_a_learned_budget_is_confirmed_like_the_first_message():
+def test_a_later_symptom_answer_with_a_learned_budget_is_asked_like_the_first_message():
     console = Console(file=io.StringIO(), width=200)
     ui = ChatUI(console, stream=io.StringIO(_LEARNED_BUDGET + "\n6GiB\n"), lang="zh")
     read = ui.ask("symptom", "")
-    assert "我从你的消息里推测显存上限是 8.00 GiB" in console.file.getvalue()
+    assert "模型最多可以用多少显存？[1]\n  1) 8.00 GiB\n  2) 没有限制：按整张卡测量\n  3) 其他数值\n" in console.file.getvalue()
     assert read.budget == 6 << 30 and "budget" not in read.learned and "budget" not in read.weak
+    assert "budget" not in confidence.unsure(read)  # the user's word: not asked again
     facts = answer_facts("symptom", read)
     assert {"kind": "answer", "question": "budget", "value": 6 << 30} in facts
 
@@ -152,6 +153,13 @@ def test_a_learned_budget_kept_is_the_users_word_from_then_on():
     assert read.budget == 8 << 30 and "budget" not in read.learned and "budget" not in read.weak
 
 
+def test_a_learned_budget_declined_leaves_no_limit_of_the_users():
+    for reply in ("2", "不", "no"):
+        ui = ChatUI(Console(file=io.StringIO(), width=200), stream=io.StringIO(f"{_LEARNED_BUDGET}\n{reply}\n"), lang="zh")
+        read = ui.ask("symptom", "")
+        assert read.budget is None and read.budget_share is None, reply
+
+
 def test_a_learned_budget_gives_way_silently_to_a_limit_already_in_force():
     from types import SimpleNamespace
     console = Console(file=io.StringIO(), width=200)
@@ -159,18 +167,23 @@ def test_a_learned_budget_gives_way_silently_to_a_limit_already_in_force():
     transcript = SimpleNamespace(add_assistant=lambda text: None, add_user=lambda text: None)
     ui.session = SimpleNamespace(world=SimpleNamespace(budget="6GiB", env=None), transcript=transcript)  # --budget 6GiB
     read = ui.ask("symptom", "")
-    assert "推测" not in console.file.getvalue()
+    assert "显存" not in console.file.getvalue().split("\n", 2)[-1]  # nothing asked about memory
     assert read.budget is None and read.budget_share is None and "budget" not in read.learned
     assert read.want_ctx == 32768  # the rest of the answer is kept
 
 
-def test_confirming_a_budget_asks_again_on_a_bare_number_or_back():
+def test_a_budget_question_asks_again_on_a_bare_number_or_back():
+    from assistant.intake import parse
+    from assistant.session import readback
+
     console = Console(file=io.StringIO(), width=200)
     ui = ChatUI(console, stream=io.StringIO("/back\n6\n6GiB\n"), lang="en")
-    assert ui.confirm_budget(8 << 30) == 6 << 30
+    read = readback.confirm(ui, parse("my laptop whose NVIDIA chip has 8 gigs runs neohorse-1:q4_K_M fine until the "
+                                      "context reaches 32k, then it OOMs"))
+    assert read.budget == 6 << 30
     out = console.file.getvalue()
-    assert out.count("I took the memory limit 8.00 GiB") == 3
-    assert out.count("I could not read that as a size like 8GiB or 80%") == 1
+    assert out.count("How much memory may the model use?") == 3
+    assert out.count("I could not read that as a choice or a size") == 1
 
 
 @pytest.mark.parametrize("question,text,value", [

@@ -13,9 +13,10 @@ from assistant.files.atomic import check_out_dir
 from common.catalog import get_lang, set_lang, t
 from common.errors import ExitCode
 from assistant.intake import parse as parse_intake
-from assistant.intake import learned, without_budget
+from assistant.intake import learned, settle, without_budget
 from assistant.session.loop import Session
 from assistant.session.args import SessionOptions, add_session_args
+from assistant.session import readback
 from assistant.session.ui import ChatUI, QuitSession
 from assistant.journal.store import open_log, tracking
 from assistant.session.world import open_world
@@ -59,18 +60,24 @@ def run(args, console: Console | None = None, stream=None, *, resume_log=None) -
         else:
             first, intake = _journalled_intake(resume_log)
         lang = set_lang(args.lang or intake.lang)
-        if resume_log is None and options.budget is None and "budget" in intake.learned:
-            intake = ui.confirmed_budget(intake)
+        if resume_log is None:
+            if options.budget is not None:
+                intake = without_budget(intake)  # --budget is the limit: the words' budget is not asked for
+            # what was read, said back before anything is measured; the unsure fields asked, once each
+            # (the model's after the server's list of models has had its say)
+            for line in readback.lines(intake):
+                ui.say(line)
+            intake = readback.confirm(ui, intake, fields=_ASKED_FIRST)
         options = options.with_words(intake)
         with open_world(options.world, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
             if resume_log is None:
                 intake = _with_server_names(intake, first, world, ui)
-                ui.say(_heard(intake))
+                intake = readback.confirm(ui, intake, fields=() if args.model else ("model",))
             model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
             settle = options.settle_for(world)
             # journalled like diagnose: listed by `oomvet sessions`, resumable, nothing measured is lost
             log = open_log(options, world, model=model, lang=lang, settle_s=settle, first=first,
-                           budget=intake.budget, budget_share=intake.budget_share)
+                           budget=intake.budget, budget_share=intake.budget_share, answered=_answered(intake))
             session = Session(world=world, ui=ui, intake=intake, model=model, lang=lang, settle_s=settle,
                               journal=log)
             session.transcript.add_user(first)
@@ -90,24 +97,28 @@ def run(args, console: Console | None = None, stream=None, *, resume_log=None) -
 
 
 def _journalled_intake(log):
-    """The first message and the budget a resumed chat had (the budget as the
-    user confirmed, changed or dropped it, not as first read)."""
+    """The first message and what a resumed chat had read of it: the budget
+    and every unsure field as the user answered, changed or dropped them, not
+    as first read."""
     from dataclasses import replace
 
     first = log.info.get("first") or ""
     intake = without_budget(parse_intake(first))
+    for field, value in (log.info.get("answered") or {}).items():
+        intake = settle(intake, field, value)
     return first, replace(intake, budget=log.info.get("budget"), budget_share=log.info.get("budget_share"))
 
 
-def _heard(intake) -> str:
-    parts = {"model": intake.model, "ctx": intake.want_ctx, "par": intake.want_parallel,
-             "budget": _size(intake.budget), "error": intake.error}
-    extra = {k: (t(f"chat.{k}", v=v) if v else "") for k, v in parts.items()}
-    if intake.want_ctx and intake.ctx_estimated:
-        extra["ctx"] = t("chat.ctx_est", v=intake.want_ctx)
-    if intake.budget is None and intake.budget_share:
-        extra["budget"] = t("chat.share", v=f"{intake.budget_share * 100:g}%")
-    return t("chat.heard", phase=t(f"chat.phase.{intake.phase}"), **extra)
+def _answered(intake) -> dict:
+    """The fields the user gave in answer (to keep in the journal for a resume), budget aside."""
+    from assistant.intake import confidence
+
+    return {field: getattr(intake, field) for field, kind in intake.evidence
+            if kind == confidence.USER and field != "budget"}
+
+
+#: the unsure fields asked before the server is reached (the budget is the limit it is opened with)
+_ASKED_FIRST = ("phase", "budget", "want_ctx", "want_parallel", "keep_context")
 
 
 def _with_server_names(intake, first: str, world, ui):
@@ -121,13 +132,10 @@ def _with_server_names(intake, first: str, world, ui):
     again = parse_intake(first, tags=tags)
     if again.model and again.model != intake.model and "model" not in again.weak:
         from dataclasses import replace
-        return replace(intake, model=again.model, weak=tuple(w for w in intake.weak if w != "model"))
+        # a name the server lists is as sure as a tag said in full
+        return replace(intake, model=again.model, weak=tuple(w for w in intake.weak if w != "model"),
+                       evidence=tuple(p for p in intake.evidence if p[0] != "model") + (("model", "model.said"),))
     return intake
-
-
-def _size(n):
-    from probes.units import fmt_size
-    return fmt_size(n) if n else None
 
 
 def _with_llm(intake, text, args, options, console):

@@ -16,12 +16,12 @@ from assistant.session.answers import load_answers
 from assistant.files.atomic import check_out_dir
 from common.catalog import set_lang, t
 from assistant.journal.store import open_log, tracking
-from assistant.intake import parse as parse_intake
+from assistant.intake import parse as parse_intake, without_budget
 from assistant.session.loop import Session
 from assistant.session.args import SessionOptions, add_session_args
+from assistant.session import readback
 from assistant.session.ui import AutoUI
 from assistant.session.world import open_world
-from probes.units import fmt_size
 
 
 def add_parser(sub) -> None:
@@ -49,8 +49,10 @@ def run(args, *, resume_log=None) -> int:
     err = Console(stderr=True)
     ui = AutoUI(answers, console=err, quiet=False)
     intake = parse_intake(answers.get("symptom") or "")
-    if options.budget is None and "budget" in intake.learned:  # unattended, as chat --auto: kept, and said to be a guess
-        err.print(t("ui.budget_guess_auto", v=fmt_size(intake.budget)), highlight=False, markup=False)
+    if options.budget is not None:
+        intake = without_budget(intake)  # --budget is the limit
+    # unattended, as chat --auto: a field the words do not make sure of is left open, and said so
+    intake = readback.only_sure(intake, lambda line: err.print(line, highlight=False, markup=False))
     options = options.with_words(intake)  # after --budget and the answers file's budget
     with open_world(options.world, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
         settle = options.settle_for(world)

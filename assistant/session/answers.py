@@ -86,6 +86,32 @@ def parse_pick(text: str) -> int | None:
     return 1 if first else 2
 
 
+_CHOICE_ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "last": -1,
+             "一": 1, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "最后": -1}
+_CHOICE = re.compile(r"^\s*(?:option|choice|no\.?|#|选项?|选)?\s*(\d)\s*(?:[).、.]|号|个|项)?\s*$", re.I)
+_ORDINAL = re.compile(r"(?:the\s+)?(first|second|third|fourth|fifth|sixth|last)\b(?:\s+one)?|第\s*([一二三四五六])\s*(?:个|项|种)?|(最后)\s*(?:一)?(?:个|项)?",
+                      re.I)
+#: "all of it", said of a size offered beside a part of it ("全部", "the whole card")
+ALL_OF_IT = re.compile(r"^\s*(?:all(?:\s+of\s+it)?|the\s+whole\s+(?:card|thing|device)|everything|全部|全都|都(?:可以)?用|整张(?:卡)?|都行)\s*$",
+                  re.I)
+
+
+def parse_choice(text: str, n: int, numbers: bool = True) -> int | None:
+    """The 1-based choice a reply names out of ``n``: "2", "２", "2)", "option 2"
+    (only where ``numbers``: elsewhere a bare number is a value), "the second
+    one", "第二个", "the last"; None for anything else."""
+    low = unicodedata.normalize("NFKC", str(text)).strip().lower()
+    m = _CHOICE.match(low) if numbers else None
+    if m and 1 <= int(m.group(1)) <= n:
+        return int(m.group(1))
+    m = _ORDINAL.fullmatch(low.strip(" .。!！"))
+    if m:
+        k = _CHOICE_ORDINALS[next(g for g in m.groups() if g)]
+        k = n if k == -1 else k
+        return k if 1 <= k <= n else None
+    return None
+
+
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(k|万)?\s*(?:tokens?|个\s*token|个|路|个请求|requests?|users?|人)?\s*$", re.I)
 _ZH_COUNT = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
 _EN_COUNT = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}

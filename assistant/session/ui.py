@@ -10,16 +10,15 @@ a second Ctrl-C quits. Every line printed comes from the catalog (common/catalog
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any, Callable, TextIO
 
 from rich.console import Console
 from rich.text import Text
 
 from assistant.report.why import why_lines
-from assistant.session import explain, live, render, replies
+from assistant.session import explain, live, readback, render, replies
 from assistant.session.live import QuitSession
-from assistant.session.answers import Share, answer_facts, parse_answer, parse_pick, parse_yes_no
+from assistant.session.answers import answer_facts, parse_answer, parse_pick, parse_yes_no
 from assistant.intake import Intake, without_budget
 from common.catalog import get_lang, set_lang, t
 from probes.result import ProbeResult
@@ -171,51 +170,13 @@ class ChatUI:
             except ValueError as exc:
                 self.console.print(t("ui.bad_answer", what=str(exc)))
                 continue
-            if isinstance(value, Intake) and "budget" in value.learned:
+            if isinstance(value, Intake):
+                # a limit already in force stays; the fields of this answer it is unsure of are asked, once
                 world = getattr(self.session, "world", None)
-                value = without_budget(value) if getattr(world, "budget", None) else self.confirmed_budget(value)
+                value = without_budget(value) if getattr(world, "budget", None) else value
+                value = readback.confirm(self, value)
             self.history.append((question, value))
             return value
-
-    def confirmed_budget(self, intake: Intake) -> Intake:
-        """``intake`` with the budget only the learned reader took from the
-        message kept, replaced or dropped by the user (:meth:`confirm_budget`);
-        either way it is then the user's word, no longer a guess."""
-        answer = self.confirm_budget(intake.budget)
-        if isinstance(answer, Share):
-            return replace(without_budget(intake), budget_share=answer.fraction)
-        return replace(without_budget(intake), budget=answer)
-
-    def confirm_budget(self, guess: int) -> Any:
-        """A budget only the learned reader took from the message is a guess,
-        and it becomes the limit of every measurement: the user keeps it (Enter
-        or yes), drops it (no: the device's own total is the limit), or types
-        the right figure (bytes, or a :class:`Share`). ``--auto`` keeps it and says so."""
-        text = t("ui.budget_guess", v=fmt_size(guess))
-        if self.auto:
-            self.say(t("ui.budget_guess_auto", v=fmt_size(guess)))
-            return guess
-        while True:
-            self.say(text)
-            line = self.heard(self.read(text), None)
-            if line is None:
-                continue
-            line = line.strip()
-            said = parse_yes_no(line)
-            if line == "" or said is True:
-                return guess
-            if said is False or line == "/skip":
-                return None
-            if line == "/back":
-                continue  # nothing before this question to go back to: it is asked again
-            try:
-                value = parse_answer("budget", line)
-            except ValueError as exc:
-                self.console.print(t("ui.bad_answer", what=str(exc)))
-                continue
-            if value:
-                return value
-            self.console.print(t("ui.bad_answer", what=t("answers.what.size")))
 
     def heard(self, line: str, step: dict | None, reason: str = "", asked: str | None = None) -> str | None:
         """The reply as the question's own reader takes it ("go back" is
