@@ -15,13 +15,16 @@ _GPU_AFTER = (r"\s*(?:的)?\s*(?:显存|显卡|卡|vram|gpu|graphics card|card|v
               r"(?:total\s+|in total\s+)?across (?:two|both|three|four|\d+|several|all|my) (?:cards|gpus|[\w-]*\d\w*s\b))")
 _GPU_BEFORE = (r"(?:显存|vram|gpu memory|video memory|显卡|gpu|\bcard|unified memory|统一内存|卡(?=\s*(?:是|只有|才)))\s*(?:大小|容量|总共|一共|上限|最大)?\s*"
                r"(?:是|为|有|只有|才|仅|仅有|就|:|=|is|of|only|just|has|have|total|=)?\s*(?:only|just|about|around|大概|约)?\s*")
-_FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+)?\s*(?:dedicated\s+(?:(?:gpu|video)\s+)?(?:memory\s+)?)?(?:of\s+)?(?:free|available|left|headroom|spare|"
+_FREE_AFTER = (r"\s*(?:左右|上下|多|of\s+(?:vram|gpu memory)\s+|of\s+(?:it|that|them)\s+(?:is\s+|are\s+)?|(?:is|are)\s+)?\s*(?:dedicated\s+(?:(?:gpu|video)\s+)?(?:memory\s+)?)?(?:of\s+)?(?:free|available|left|headroom|spare|"
                r"(?:is\s+|are\s+)?usable|可用|剩余|空闲|能用|可以用)")
 _FREE_BEFORE = (r"(?:(?:实际|真正)?(?:能用|可以用|可用)的|剩余|可用|空闲|还剩|剩下|只剩|剩|还有|留了|留给\s*\S{0,8}?|只能给\s*\S{0,8}?用|只分给我|"
                 # what is set aside for this model: "只给这个模型留 30G", "给 ollama 留出 20G"
                 r"给\s*\S{0,10}?\s*留(?:了|出|下)?|"
                 r"最多(?:只能)?(?:用|给|占)?|只能(?:用|占)|只用|(?:不能|不要|别|不可以)?超过|不超过|free|available|"
                 r"only may use|may use|can use|at most|no more than|up to|fit (?:in|into|within|under)|"
+                # "I can only give this model 300 MiB", "we give ollama 20GB of it"
+                r"(?:can|could|may|will|only|just)?\s*(?:only\s+|just\s+)?give\s+(?:this|the|that|our|my)?\s*(?:model|ollama|it|service)\s+"
+                r"(?:only\s+|just\s+|about\s+)?|"
                 # what someone hands ollama: "给 ollama 分了 6G", "ollama is allowed 30GB", "should only use 18GB"
                 # ("I only use 8GB models" is not one)
                 r"给\s*\S{0,10}?\s*分(?:配)?了|分(?:给|配给)\s*\S{0,8}?|(?:should|may|can|could|will)\s+only\s+use|"

@@ -163,8 +163,6 @@ def _choices(field: str, s: confidence.Sureness) -> list:
 def _question(field: str, values: list, s: confidence.Sureness, read: Intake) -> str:
     if field in ("want_ctx", "want_parallel"):
         return t(f"readback.q.{field}", values=t("readback.sep").join(str(v) for v in values), first=values[0])
-    if field == "keep_context":
-        return t("readback.q.keep_context", first=value_words(field, values[0]), second=value_words(field, values[1]))
     numbered = [f"{i}) {value_words(field, v, read) if v is not None else t('readback.no_limit')}"
                 for i, v in enumerate(values, 1)]
     if field == "budget" and s.evidence == "budget.part":

@@ -91,7 +91,7 @@ def test_the_chat_reads_a_name_in_the_message_as_the_tag_the_real_server_lists(r
     from assistant.commands import chat as cmd_chat
     from assistant.session.answers import parse_answer
     from assistant.cli import build_parser
-    from assistant.intake import parse
+    from assistant.intake import confidence, parse
     from assistant.session.ui import ChatUI
     from assistant.session.world import WorldOptions, open_world
 
@@ -105,4 +105,5 @@ def test_the_chat_reads_a_name_in_the_message_as_the_tag_the_real_server_lists(r
         tags = ui.tags(world)
     assert "neohorse-1:latest" in tags  # as the real server lists it
     assert read.model == "neohorse-1:latest" and "model" not in read.weak
+    assert "model" not in confidence.unsure(read)  # a name the server lists: not asked (issue 33)
     assert parse_answer("model", "我跑的是 neohorse-1:q4_1 那个", tags=tags) == "neohorse-1:q4_1"

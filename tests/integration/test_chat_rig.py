@@ -43,7 +43,7 @@ def test_zh_weights_session_picks_a_lower_bit_tag(rig, sizes, tmp_path):
         ["--host", rig.host, "--model", "neohorse-1:f16", "--budget", _budget(budget), "--out", str(tmp_path),
          "--settle", "1"],
         ["NeoHorse-1 一加载就爆显存，上下文 2k 就够用了", *[""] * 12])
-    assert "我理解到：加载时失败" in screen
+    assert "  问题：加载时失败\n" in screen
     assert "诊断：模型权重本身放不进内存上限。" in screen, screen
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "weights"
@@ -59,7 +59,7 @@ def test_en_kv_cache_session_recommends_the_largest_context_that_fit(rig, sizes,
          "--settle", "1"],
         ["Short prompts work, but with 8k context and a long document neohorse-1:q8_0 runs out of memory.",
          "", "", "", "no", *[""] * 8])  # consent reproduce, baseline, context; keep the context? no
-    assert "I read: fails with long input, model neohorse-1:q8_0, context 8192" in screen
+    assert "  trouble: fails with long input\n" in screen and "  context: 8192\n" in screen
     assert "Diagnosis: the KV cache grows with context and overflows the limit." in screen, screen
     doc = yaml.safe_load((tmp_path / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "kv_cache"
