@@ -215,3 +215,17 @@ def test_a_share_the_model_read_replaces_a_budget_the_parser_only_guessed():
     assert "budget" not in got.learned  # nothing guessed is left to confirm
     strong = parse("4060 8G 显存，用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM")
     assert combine(strong, Intake(budget_share=0.6, phase_cue="llm tiny"))[0].budget == 8 * GiB  # said: kept
+
+
+def test_a_field_the_chat_model_gave_is_unsure_and_asked():
+    # issue 33: no replay has measured a chat model's readings, so what it fills is asked, never taken as sure
+    from dataclasses import replace
+
+    from assistant.intake import confidence
+
+    parser = parse("qwen2.5:7b 一加载就崩")
+    llm = replace(parse(""), model="qwen2.5:7b", want_ctx=8192, phase="load")
+    combined, won = combine(parser, llm)
+    assert combined.want_ctx == 8192 and won["want_ctx"] == "llm"
+    assert "want_ctx" in confidence.unsure(combined)
+    assert dict(combined.evidence)["model"] == "model.said"  # the parser's own reading keeps its class

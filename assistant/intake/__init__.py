@@ -14,6 +14,12 @@ readers fitted on the packaged development corpus (:mod:`learned`) may, and
 string; text it cannot read is phase ``unknown``. Optional help from a chat
 model lives in :mod:`assistant.intake.llm`.
 
+Every field read also carries the class of evidence it came from and, where
+the message supports other values, those (``Intake.evidence``,
+``Intake.alternatives``): :mod:`confidence` says from them which fields are
+sure and which the chat must ask (issue 33), and :func:`settle` makes a
+user's answer the field's value.
+
 Each field has a reader of its own in this package (``error_text``, ``model_names``,
 ``context``, ``parallel``, ``gpus``, ``sizes``, ``keep_context``, ``phase``); the cue
 lists that are plain data live in ``lexicon/``. This module runs them in order,

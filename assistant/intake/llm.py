@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, Field
 
 from common.catalog import get_lang
-from assistant.intake import INTAKE_FIELDS, Intake, detect_lang, has_words, merge, normalise_model, parse
+from assistant.intake import INTAKE_FIELDS, Intake, confidence, detect_lang, has_words, merge, normalise_model, parse
 from rules.facts import PHASES
 
 __all__ = ["IntakeFields", "LlmReading", "llm_intake", "combine", "Transcript"]
@@ -159,6 +159,10 @@ def _to_intake(fields: IntakeFields, text: str, model: str) -> Intake:
     )
 
 
+#: the class of evidence of a field a chat model read (assistant.intake.confidence)
+LLM_EVIDENCE = "llm.read"
+
+
 def combine(parser: Intake, llm: Intake | LlmReading | None) -> tuple[Intake, dict[str, str]]:
     """The combined reading, and which reading won each field where they differ
     (``{"model": "llm", "phase": "parser", ...}``).
@@ -195,6 +199,10 @@ def combine(parser: Intake, llm: Intake | LlmReading | None) -> tuple[Intake, di
     replaced = {"when", "what"} if "phase" in fill else set()
     replaced |= {"budget"} & fill.keys()  # a budget the model read, or one a share it read replaced
     fill["learned"] = tuple(name for name in parser.learned if name not in replaced)
+    # a field the chat model gave has evidence of its own: no replay has measured it, so it is unsure (asked)
+    given = {"budget" if name == "budget_share" else name for name in fill} & set(confidence.FIELDS)
+    fill["evidence"] = tuple(p for p in parser.evidence if p[0] not in given) + tuple((name, LLM_EVIDENCE) for name in sorted(given))
+    fill["alternatives"] = tuple(p for p in parser.alternatives if p[0] not in given)
     return replace(parser, **fill), won
 
 

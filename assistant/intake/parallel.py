@@ -84,7 +84,7 @@ _PAR_PATTERNS = [
                r"bumped\s+(?:it\s+)?to|raised\s+(?:it\s+)?to|set\s+(?:it\s+)?to|went\s+to|moved\s+(?:it\s+)?to)\s*(\d+)\b"
                r"(?!\s*(?:g|gb|k|%))", ICASE),
     # after a parallel setting that copes, the one that fails said as a bare number: "NUM_PARALLEL=4 is fine, 8 OOMs"
-    re.compile(r"(?:num_parallel|parallel)\s*[=:]?\s*\d+\b[^.\n]{0,40}?[,;，；]\s*(?:but\s+|and\s+)?(\d+)\s+"
+    re.compile(r"(?:num_parallel|parallel)\s*[=:]?\s*\d+\b[^.\n]{0,40}?(?:[,;，；]|\band\b|\bbut\b)\s*(?:but\s+|and\s+)?(\d+)\s+"
                r"(?:OOMs?|crashes|fails|breaks|dies|hangs|stalls|doesn't|does not|won't|is not|isn't)\b", ICASE),
 ]
 _ORDINALS = {"second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8}
