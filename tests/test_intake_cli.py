@@ -111,3 +111,15 @@ def test_summary_labels_are_in_the_language_asked_for(phase):
         assert cjk.search(label) and cjk.search(value)
     for label, value in summary_rows(intake, "en"):
         assert not cjk.search(label) and not cjk.search(value)
+
+
+def test_json_says_how_sure_each_field_is_and_the_summary_marks_the_unsure(capsys):
+    # issue 33: the card's size beside the part left for the model is unsure, with the card's size as the other reading
+    text = "card is 48GB but this model only gets 30GB, qwen2.5:14b OOMs at load"
+    assert main(["intake", text, "--json"]) == 0
+    sureness = _json_out(capsys)["sureness"]
+    assert sureness["budget"]["sure"] is False and sureness["budget"]["choices"] == [48 * GiB]
+    assert sureness["model"]["sure"] is True and sureness["model"]["evidence"] == "model.said"
+    assert main(["intake", text, "--lang", "en"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "30.00 GiB (not sure: the chat would ask)" in shown and "qwen2.5:14b (not sure" not in shown

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from common.catalog import LANGS, get_lang, t
 from common.errors import ExitCode, UsageError
-from assistant.intake import Intake, has_words, parse, phase_text
+from assistant.intake import Intake, confidence, has_words, parse, phase_text
 from probes.server import DEFAULT_HOST
 from probes.units import fmt_size
 
@@ -65,6 +65,9 @@ def run(args) -> int:
             "facts": intake.facts(),
             "lang": intake.lang,
             "intake": {k: v for k, v in intake.to_dict().items() if k != "text"},
+            # issue 33: how sure each field read is, and the other values the message supports
+            "sureness": {field: {"sure": s.sure, "evidence": s.evidence, "replay_right": s.right,
+                                 "choices": list(s.choices)} for field, s in confidence.assess(intake).items()},
             "llm": llm_report,
         }
         print(json.dumps(out, ensure_ascii=False))
@@ -92,7 +95,12 @@ def summary_rows(intake: Intake, lang: str) -> list[tuple[str, str]]:
         return unset if v is None else fmt(v)
 
     keep = {True: t("cmd_intake.keep_yes", lang), False: t("cmd_intake.keep_no", lang)}.get(intake.keep_context, unset)
-    return [
+    unsure = set(confidence.unsure(intake))
+
+    def mark(field: str, text: str) -> str:
+        return text + t("cmd_intake.unsure", lang) if field in unsure else text
+
+    rows = [
         (t("cmd_intake.phase", lang), f"{intake.phase}: {phase_text(intake.phase, lang)}"),
         (t("cmd_intake.model", lang), value(intake.model)),
         (t("cmd_intake.ctx", lang), value(intake.want_ctx, lambda n: t("cmd_intake.ctx_value", lang, n=n))),
@@ -102,6 +110,8 @@ def summary_rows(intake: Intake, lang: str) -> list[tuple[str, str]]:
         (t("cmd_intake.error", lang), value(intake.error)),
         (t("cmd_intake.keep", lang), keep),
     ]
+    fields = ("phase", "model", "want_ctx", "want_parallel", "budget", "gpu", "error", "keep_context")
+    return [(label, mark(field, val)) for field, (label, val) in zip(fields, rows)]
 
 
 def _print_summary(intake: Intake, lang: str, llm_report: dict | None) -> None:

@@ -25,6 +25,8 @@ _FREE_BEFORE = (r"(?:(?:实际|真正)?(?:能用|可以用|可用)的|剩余|可
                 # "I can only give this model 300 MiB", "we give ollama 20GB of it"
                 r"(?:can|could|may|will|only|just)?\s*(?:only\s+|just\s+)?give\s+(?:this|the|that|our|my)?\s*(?:model|ollama|it|service)\s+"
                 r"(?:only\s+|just\s+|about\s+)?|"
+                # "this model only gets 30GB", "ollama gets about 20 GB of it"
+                r"(?:model|ollama|it|service|server)\s+(?:only\s+|just\s+)?gets?\s+(?:about\s+|around\s+|roughly\s+)?|"
                 # what someone hands ollama: "给 ollama 分了 6G", "ollama is allowed 30GB", "should only use 18GB"
                 # ("I only use 8GB models" is not one)
                 r"给\s*\S{0,10}?\s*分(?:配)?了|分(?:给|配给)\s*\S{0,8}?|(?:should|may|can|could|will)\s+only\s+use|"
