@@ -51,3 +51,21 @@ def test_bad_plan_input_is_one_line_and_exit_2(flags):
     proc = plan(*flags)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") <= 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_table_shows_every_tag_whole_in_80_columns(planned, lang):
+    # issue 31: an 80-column terminal showed "neohors…" in every row, the one column a user needs
+    import os
+
+    from rich.cells import cell_len
+
+    proc = subprocess.run([sys.executable, "-m", "assistant", "plan", "--simulate", str(SCENARIO), "--model",
+                           "neohorse-1:q4_K_M", "--vram", "8GiB"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "80", "OOMVET_LANG": lang})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(cell_len(line) for line in lines) <= 80 and "…" not in proc.stdout
+    for tag in ("neohorse-1:q4_K_M", "neohorse-1:q3_K_M"):
+        row = next(line for line in lines if tag in line and "KiB" in line)  # whole, on one line with its figures
+        assert row.split()[-2].isdigit() and row.split()[-1] == "4096", row

@@ -14,6 +14,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich import box
 from rich.table import Table
 
 from common.catalog import pair, t
@@ -127,16 +128,23 @@ def run(args) -> int:
 
 
 def render(result: dict, ctx: int | None) -> Table:
+    """The per-tag table. The tag is the one column a user needs whole: it never
+    wraps or shortens (issue 31: an 80-column terminal showed "neohors…" in every
+    row), nor does a figure (the headers are two short lines). The total at
+    the server's default context is the "total at" column's without ``--ctx``,
+    and in ``--json`` always."""
     table = Table(title=t("cmd_plan.title", model=result["model"], vram=fmt_size(result["vram"]),
-                          engine=result["engine"], version=result["version"]), title_justify="left")
+                          engine=result["engine"], version=result["version"]), title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
     at = ctx or result["server_default_ctx"]
-    for key in ("col_tag", "col_weights", "col_kv", "col_compute"):
-        table.add_column(t(f"cmd_plan.{key}"))
-    table.add_column(t("cmd_plan.col_at_ctx", ctx=at))
-    table.add_column(t("cmd_plan.col_max_ctx"))
-    table.add_column(t("cmd_plan.col_default"))
+    table.add_column(t("cmd_plan.col_tag"), no_wrap=True, min_width=max(len(row["model"]) for row in result["tags"]))
+    for key in ("col_weights", "col_kv", "col_compute"):
+        table.add_column(t(f"cmd_plan.{key}"), justify="right", no_wrap=True)
+    table.add_column(t("cmd_plan.col_at_ctx", ctx=at), justify="right", no_wrap=True)
+    table.add_column(t("cmd_plan.col_max_ctx"), justify="right", no_wrap=True)
+    table.add_column(t("cmd_plan.col_default"), justify="right", no_wrap=True, min_width=7)
     for row in result["tags"]:
         table.add_row(row["model"], fmt_size(row["weights"]), fmt_size(row["kv_per_token"]), fmt_size(row["compute"]),
                       fmt_size(row["total"]), str(row["max_ctx"]) if row["max_ctx"] else t("cmd_plan.none"),
-                      f"{row['server_default_ctx']} ({fmt_size(row['default_total'])})")
+                      str(row["server_default_ctx"]))
     return table
