@@ -79,6 +79,19 @@ def _last_size(text: str, end: int, reach: int = 60):
     return found
 
 
+def _add_left(free: list, text: str, at: int, number: str, unit: str | None, reach: int = 60) -> None:
+    """What is left of the card whose size was said last before ``at`` once
+    something else holds ``number`` (in ``unit``, else the card's), added to
+    ``free``; nothing where no card size comes before it or the held part is
+    not smaller."""
+    card_size = _last_size(text, at, reach)
+    if not card_size or not card_size[0]:
+        return
+    held = to_bytes(number, unit or card_size[1])
+    if held and held < card_size[0]:
+        free.append(card_size[0] - held)
+
+
 def readings(text: str, free: list, total: list, card: list) -> None:
     """Add what ``text`` says by sums to ``free``, ``total`` and ``card``."""
     for m in [*_SMI.finditer(text), *_USED_OF.finditer(text)]:
@@ -88,12 +101,8 @@ def readings(text: str, free: list, total: list, card: list) -> None:
         clause = re.split(r"[.。;；\n]", text[max(0, m.start() - 80):m.start()])[-1] + text[m.end():m.end() + 40]
         (free.append(size - used) if _BEFORE_START.search(clause) else total.append(size))
     for m in _HOLDS_EN.finditer(text):
-        card_size = _last_size(text, m.start(2), reach=80)
-        if _NOT_OTHERS.search(m.group(1)) or not card_size or not card_size[0]:
-            continue
-        held = to_bytes(m.group(2), m.group(3) or card_size[1])
-        if held and held < card_size[0]:
-            free.append(card_size[0] - held)
+        if not _NOT_OTHERS.search(m.group(1)):
+            _add_left(free, text, m.start(2), m.group(2), m.group(3), reach=80)
     for m in _LET_HAVE.finditer(text):
         card_size = _last_size(text, m.start(1), reach=80)
         if card_size and card_size[0]:
@@ -101,28 +110,17 @@ def readings(text: str, free: list, total: list, card: list) -> None:
             if part and part < card_size[0]:
                 free.append(part)
     for m in _OF_WHICH_HELD_ZH.finditer(text):
-        card_size = _last_size(text, m.start(), reach=40)
-        if _OWN.search(m.group(3)) or not card_size or not card_size[0]:
-            continue
-        held = to_bytes(m.group(1), m.group(2) or card_size[1])
-        if held and held < card_size[0]:
-            free.append(card_size[0] - held)
+        if not _OWN.search(m.group(3)):
+            _add_left(free, text, m.start(), m.group(1), m.group(2), reach=40)
     for m in _HELD_ZH.finditer(text):
-        if _OWN.search(m.group(1)):
-            continue
-        card_size = _last_size(text, m.start(2))
-        if card_size and card_size[0]:
-            held = to_bytes(m.group(2), m.group(3) or card_size[1])
-            if held and held < card_size[0]:
-                free.append(card_size[0] - held)
+        if not _OWN.search(m.group(1)):
+            _add_left(free, text, m.start(2), m.group(2), m.group(3))
     for m in _HELD_EN.finditer(text):
         held, size = to_bytes(m.group(1), m.group(2) or m.group(4)), to_bytes(m.group(3), m.group(4))
         if held and size and held < size:
             free.append(size - held)
     for m in _HELD_BY_EN.finditer(text):
-        card_size, held = _last_size(text, m.start()), to_bytes(m.group(1), m.group(2))
-        if card_size and card_size[0] and held and held < card_size[0]:
-            free.append(card_size[0] - held)
+        _add_left(free, text, m.start(), m.group(1), m.group(2))
     for rx in _TOTAL:
         for m in rx.finditer(text):
             if not _RAM_AFTER.match(text, m.end()) and not _USED_BEFORE.search(text[max(0, m.start() - 14):m.start()]):
