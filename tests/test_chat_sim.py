@@ -151,13 +151,14 @@ def test_a_budget_the_grammar_read_is_not_asked_about(tmp_path):
 def test_diagnose_leaves_an_unsure_budget_open_and_says_so(tmp_path, capsys):
     from assistant.cli import main
     answers = tmp_path / "answers.yaml"
-    answers.write_text(yaml.safe_dump({"symptom": "本人 4060 一张（8g），用 neohorse-1:q4_K_M，上下文开到 32k 就 OOM，短的没问题",
+    answers.write_text(yaml.safe_dump({"symptom": "本人 4060 一张（8g），用 neohorse-1 跑，上下文开到 32k 就 OOM，短的没问题",
                                        "lang": "zh"}, allow_unicode=True), encoding="utf-8")
     code = main(["diagnose", "--simulate", str(SCENARIOS / "kv_cache.yaml"), "--answers", str(answers),
                  "--model", "neohorse-1:q4_K_M", "--settle", "0.2", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code in (0, 1)
     assert "不确定模型可用显存（8.00 GiB）：无人值守（--auto）时不使用推测，先不采用。" in re.sub(r"\s*\n\s*", "", err)
+    assert "不确定模型（" not in err  # --model is the user's word, whatever the symptom's words guessed
     doc = yaml.safe_load((tmp_path / "out" / "oomvet.yaml").read_text())
     assert doc["diagnosis"]["cause"] == "kv_cache"
     assert "your message" not in doc["evidence"]["limit_note"]  # the device's own limit, not the guess

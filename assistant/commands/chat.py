@@ -13,7 +13,8 @@ from assistant.files.atomic import check_out_dir
 from common.catalog import get_lang, set_lang, t
 from common.errors import ExitCode
 from assistant.intake import parse as parse_intake
-from assistant.intake import learned, settle, without_budget
+from assistant.intake import learned, without_budget
+from assistant.intake import settle as settle_field
 from assistant.session.loop import Session
 from assistant.session.args import SessionOptions, add_session_args
 from assistant.session import readback
@@ -63,6 +64,8 @@ def run(args, console: Console | None = None, stream=None, *, resume_log=None) -
         if resume_log is None:
             if options.budget is not None:
                 intake = without_budget(intake)  # --budget is the limit: the words' budget is not asked for
+            if args.model:
+                intake = settle_field(intake, "model", args.model)  # --model is the user's word: said back, not asked
             # what was read, said back before anything is measured; the unsure fields asked, once each
             # (the model's after the server's list of models has had its say)
             for line in readback.lines(intake):
@@ -72,7 +75,7 @@ def run(args, console: Console | None = None, stream=None, *, resume_log=None) -
         with open_world(options.world, log=lambda m: console.print(m, markup=False, highlight=False)) as world:
             if resume_log is None:
                 intake = _with_server_names(intake, first, world, ui)
-                intake = readback.confirm(ui, intake, fields=() if args.model else ("model",))
+                intake = readback.confirm(ui, intake, fields=("model",))
             model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
             settle = options.settle_for(world)
             # journalled like diagnose: listed by `oomvet sessions`, resumable, nothing measured is lost
@@ -105,7 +108,7 @@ def _journalled_intake(log):
     first = log.info.get("first") or ""
     intake = without_budget(parse_intake(first))
     for field, value in (log.info.get("answered") or {}).items():
-        intake = settle(intake, field, value)
+        intake = settle_field(intake, field, value)
     return first, replace(intake, budget=log.info.get("budget"), budget_share=log.info.get("budget_share"))
 
 

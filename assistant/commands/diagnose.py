@@ -17,6 +17,7 @@ from assistant.files.atomic import check_out_dir
 from common.catalog import set_lang, t
 from assistant.journal.store import open_log, tracking
 from assistant.intake import parse as parse_intake, without_budget
+from assistant.intake import settle as settle_field
 from assistant.session.loop import Session
 from assistant.session.args import SessionOptions, add_session_args
 from assistant.session import readback
@@ -52,6 +53,7 @@ def run(args, *, resume_log=None) -> int:
     if options.budget is not None:
         intake = without_budget(intake)  # --budget is the limit
     # unattended, as chat --auto: a field the words do not make sure of is left open, and said so
+    intake = settle_field(intake, "model", model)  # the model measured is --model's, whatever the words guessed
     intake = readback.only_sure(intake, lambda line: err.print(line, highlight=False, markup=False))
     options = options.with_words(intake)  # after --budget and the answers file's budget
     with open_world(options.world, log=lambda m: err.print(m, markup=False, highlight=False)) as world:
