@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from probes.oomtext import oom_marker
+from probes.units import parse_size
 
 MIB = 1 << 20
 
@@ -34,6 +35,10 @@ MIB = 1 << 20
 # which changes between llama.cpp versions (llama_context / sched_reserve / llama_kv_cache[_unified])
 _BUFFER = re.compile(r"(?:^|:)\s*(?P<device>[A-Za-z][\w-]*?)\s+(?P<kind>model|KV|compute|output|RS)\s+buffer size\s*="
                      r"\s*(?P<mib>\d+(?:\.\d+)?)\s*MiB")
+# the Go engine's (v0.11.x ollamarunner: gemma3, ...) own lines for the same buffers
+_GO_BUFFER = re.compile(r'msg="(?P<kind>model weights|compute graph)"[^\n]*?(?:buffer|buffer_type)=(?P<device>\S+)'
+                        r'[^\n]*? size="?(?P<size>\d+(?:\.\d+)? ?[KMGT]?i?B)')
+_GO_KIND = {"model weights": "model", "compute graph": "compute"}
 _START = re.compile(r'msg="starting llama[- ]server" cmd="(?P<cmd>[^"]*)"')
 _FIT_PROJECTED = re.compile(r"projected to use (?P<use>\d+) MiB of (?P<what>device|host) memory vs\. "
                             r"(?P<avail>\d+) MiB of (?P<kind>free device|total host|free host) memory")
@@ -202,6 +207,11 @@ def parse(lines: Iterable[str]) -> LogDigest:
         if m:
             d.buffers.append({"device": m.group("device"), "kind": m.group("kind"),
                               "bytes": int(round(float(m.group("mib")) * MIB))})
+            continue
+        m = _GO_BUFFER.search(line)
+        if m:
+            d.buffers.append({"device": m.group("device"), "kind": _GO_KIND[m.group("kind")],
+                              "bytes": parse_size(m.group("size").replace(" ", ""))})
             continue
         m = _FIT_PROJECTED.search(line)
         if m:

@@ -19,7 +19,8 @@ from probes.memmodel.engines import (ENGINE_LLAMA_SERVER, ENGINE_RUNNER, LLAMA_S
                                      largest_fitting_ctx, parse_version, server_default_ctx)
 from probes.memmodel.levels import (GGML_TYPE_SIZE, bits_per_weight, known_levels, level_from_tag, tensor_bytes,
                                     weights_for_level)
-from probes.memmodel.llama_server import (KV_PAD_CELLS, LLAMA_SERVER_KV_BYTES, llama_server_compute_bytes,
+from probes.memmodel.llama_server import (COMPUTE_TERMS, KV_PAD_CELLS, LLAMA_SERVER_KV_BYTES, compute_checked,
+                                          llama_server_compute_bytes,
                                           llama_server_kv_bytes, llama_server_kv_per_token)
 from probes.memmodel.runner import (ESTIMATE_MIN_CTX, KV_ELEMENT_BYTES, MIN_GPU_BYTES_CUDA, MIN_GPU_BYTES_METAL,
                                     Placement, effective_kv_type, graph_bytes, kv_bytes_per_token, kv_cache_bytes,
@@ -30,7 +31,7 @@ __all__ = [
     "ENGINE_LLAMA_SERVER", "ENGINE_RUNNER", "LLAMA_SERVER_SINCE", "Footprint", "automatic_batch",
     "engine_for_version", "footprint", "kv_per_token", "largest_fitting_ctx", "parse_version", "server_default_ctx",
     "GGML_TYPE_SIZE", "bits_per_weight", "known_levels", "level_from_tag", "tensor_bytes", "weights_for_level",
-    "KV_PAD_CELLS", "LLAMA_SERVER_KV_BYTES", "llama_server_compute_bytes", "llama_server_kv_bytes",
+    "COMPUTE_TERMS", "compute_checked", "KV_PAD_CELLS", "LLAMA_SERVER_KV_BYTES", "llama_server_compute_bytes", "llama_server_kv_bytes",
     "llama_server_kv_per_token",
     "ESTIMATE_MIN_CTX", "KV_ELEMENT_BYTES", "MIN_GPU_BYTES_CUDA", "MIN_GPU_BYTES_METAL", "Placement",
     "effective_kv_type", "graph_bytes", "kv_bytes_per_token", "kv_cache_bytes", "output_layer_bytes", "place",

@@ -12,6 +12,16 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 
+#: llama.cpp's default sliding-window period per architecture (``load_swa_pattern``
+#: in src/models/*.cpp, b11076) and whether the first layer of a period is the
+#: global one; used when the GGUF has a sliding window but no pattern of its own
+SWA_DEFAULT_PERIOD = {
+    "gemma2": (2, False), "gemma3": (6, False), "gemma3n": (5, False), "gemma-embedding": (6, False),
+    "cohere2": (4, False), "exaone4": (4, False), "olmo2": (4, False), "llama4": (4, False),
+    "gpt-oss": (2, False), "gptoss": (2, False), "smallthinker": (4, True), "plamo3": (8, False),
+}
+
+
 class ModelInfoError(ProbeError, ValueError):
     """``/api/show`` model_info lacks a key the memory model needs."""
 
@@ -30,6 +40,33 @@ class Arch:
     key_length: int | None = None
     value_length: int | None = None
     sliding_window: int | None = None
+    feed_forward_length: int | None = None
+    expert_count: int = 0
+    expert_used_count: int = 0
+    #: ``<arch>.attention.sliding_window_pattern`` when the GGUF states it:
+    #: one flag per layer (True = sliding), or an int period
+    swa_pattern: tuple | int | None = None
+
+    def swa_layer(self, i: int) -> bool:
+        """Whether layer ``i`` keeps only a sliding window of KV cells, as
+        llama.cpp decides: the GGUF's own per-layer pattern or period when it
+        has one, else the architecture's default period (the last layer of
+        each period is global); an architecture llama.cpp gives no sliding
+        window keeps every layer global, whatever its metadata says."""
+        if not self.sliding_window:
+            return False
+        pattern = self.swa_pattern
+        if isinstance(pattern, tuple):
+            return bool(pattern[i]) if i < len(pattern) else False
+        period, dense_first = (pattern, False) if isinstance(pattern, int) and pattern > 0 \
+            else SWA_DEFAULT_PERIOD.get(self.arch, (None, False))
+        if period is None:
+            return False
+        return (i % period != 0) if dense_first else (i % period < period - 1)
+
+    @property
+    def swa_layers(self) -> int:
+        return sum(1 for i in range(self.block_count) if self.swa_layer(i))
 
     @property
     def head_dim_k(self) -> int:
@@ -76,6 +113,11 @@ class Arch:
         if vocab is None and isinstance(tokens, (list, tuple)) and tokens:
             vocab = len(tokens)
         head_count = get("attention.head_count")
+        pattern = info.get(f"{arch}.attention.sliding_window_pattern")
+        if isinstance(pattern, (list, tuple)) and pattern:
+            pattern = tuple(bool(x) for x in pattern)
+        elif isinstance(pattern, bool) or not isinstance(pattern, int):
+            pattern = None
         return cls(
             arch=arch,
             block_count=get("block_count"),
@@ -88,6 +130,10 @@ class Arch:
             key_length=get("attention.key_length", required=False),
             value_length=get("attention.value_length", required=False),
             sliding_window=get("attention.sliding_window", required=False),
+            feed_forward_length=get("feed_forward_length", required=False),
+            expert_count=get("expert_count", required=False) or 0,
+            expert_used_count=get("expert_used_count", required=False) or 0,
+            swa_pattern=pattern,
         )
 
 

@@ -78,7 +78,7 @@ class Footprint:
 
 
 def footprint(engine: str, arch: Arch, weights_bytes: int, num_ctx: int, num_parallel: int = 1,
-              kv_type: str = "f16", num_batch: int | None = None) -> Footprint:
+              kv_type: str = "f16", num_batch: int | None = None, flash_attention: bool = True) -> Footprint:
     """Predict what a load allocates on ``engine``. ``weights_bytes`` is the
     tensors' size (:func:`~probes.memmodel.levels.tensor_bytes`) or, lacking it, the file size.
     ``num_batch`` None is the server's automatic batch. The legacy runner's
@@ -90,7 +90,7 @@ def footprint(engine: str, arch: Arch, weights_bytes: int, num_ctx: int, num_par
     kv_type = (kv_type or "f16").lower()
     if engine == ENGINE_LLAMA_SERVER:
         kv = llama_server_kv_bytes(arch, ctx, parallel, kv_type, batch)
-        compute = llama_server_compute_bytes(arch, ctx, batch)
+        compute = llama_server_compute_bytes(arch, ctx, batch, parallel, flash_attention, kv_type)
         output = 4 * (arch.vocab_size or 0) * parallel   # one row of logits per slot
         return Footprint(engine, ctx, parallel, batch, kv_type, int(weights_bytes), kv, compute, output)
     placement = place(arch, weights_bytes, ctx, parallel, batch, kv_type, 0, cpu_only=True)

@@ -21,14 +21,6 @@ def _pad(n: int, to: int) -> int:
     return -(-int(n) // to) * to
 
 
-def _swa_layer(arch: Arch, i: int) -> bool:
-    if arch.arch in ("gemma3", "gemma3n") and arch.sliding_window:
-        return (i + 1) % 6 != 0      # 5 of 6 layers slide; every 6th is global
-    if arch.arch in ("gptoss", "gpt-oss") and arch.sliding_window:
-        return i % 2 == 0
-    return False
-
-
 def llama_server_kv_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, kv_type: str = "f16",
                           num_batch: int = 512) -> int:
     """llama-server's KV buffer: one stream of ``num_ctx`` cells (padded to
@@ -44,7 +36,7 @@ def llama_server_kv_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, kv_ty
     per_cell = (arch.head_dim_k + arch.head_dim_v) * arch.head_count_kv * per_value
     total = 0.0
     for i in range(arch.block_count):
-        total += (swa_cells if _swa_layer(arch, i) else cells) * per_cell
+        total += (swa_cells if arch.swa_layer(i) else cells) * per_cell
     return int(total * parallel)
 
 
@@ -52,18 +44,72 @@ def llama_server_kv_per_token(arch: Arch, kv_type: str = "f16") -> float:
     """KV bytes one more token of context costs on the current engine: the
     global layers only, once the context is past the sliding window."""
     per_value = LLAMA_SERVER_KV_BYTES[(kv_type or "f16").lower()]
-    layers = sum(1 for i in range(arch.block_count) if not _swa_layer(arch, i))
+    layers = sum(1 for i in range(arch.block_count) if not arch.swa_layer(i))
     return layers * (arch.head_dim_k + arch.head_dim_v) * arch.head_count_kv * per_value
 
 
-def llama_server_compute_bytes(arch: Arch, num_ctx: int, num_batch: int) -> int:
-    """The compute buffer llama.cpp reserves for one micro-batch of
-    ``num_batch`` tokens (Ollama passes ``-ub`` = ``-b``): activations of
-    12 x embedding floats per token, plus the f16 attention mask of
-    batch x per-slot context. Fitted to v0.34.4's own log lines for the rig's
-    model (15.51 MiB at 2048/512, 17.51 at 4096/512, 43.02 at 8192/1024) and
-    independent of the number of slots, as those lines show."""
-    ub = min(int(num_batch), _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS))
-    cells = _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
-    return int(ub * 4 * 12 * arch.embedding_length + ub * cells * 2)
+#: per architecture, what the compute buffer holds beside the feed-forward
+#: tensors and the masks, in embeddings per token: with an f16 KV cache, with a
+#: quantized one, and in the attention step without flash attention (None:
+#: 5 x Q + 2 x K/V, as llama and its kin build it). Measured on llama.cpp
+#: b11076 (bench/llama_buffers.py); Gemma 3's sandwich norms and 256-wide
+#: heads keep more alive, and its sliding-window layers add an f16 mask of
+#: ub x ub. An architecture not listed here was not measured: see
+#: :func:`compute_checked`.
+COMPUTE_TERMS = {
+    "llama": (4, 3, None), "qwen2": (4, 3, None), "olmoe": (4, 3, None),
+    "gemma3": (4, 5, 7),
+}
 
+
+def compute_checked(arch: Arch) -> bool:
+    """Whether the compute buffer formula was checked on this architecture."""
+    return arch.arch in COMPUTE_TERMS
+
+
+def llama_server_compute_bytes(arch: Arch, num_ctx: int, num_batch: int, num_parallel: int = 1,
+                               flash_attention: bool = True, kv_type: str = "f16") -> int:
+    """The compute buffer llama.cpp reserves for the worst micro-batch: ``ub``
+    = min(``num_batch``, the whole context) tokens (Ollama passes ``-ub`` =
+    ``-b``), one output per slot. ggml's allocator reuses a tensor's memory
+    once its last reader has run, so the buffer is the largest set of
+    tensors alive at once, in f32 (4 bytes) per token:
+
+    * the feed-forward step: gate, up and their product (3 x the FFN width;
+      for a MoE, the width of the experts each token uses), beside 4 x the
+      embedding (3 with a quantized KV cache), and the f16 attention mask of
+      ``cells x ub``;
+    * without flash attention, the attention step: the scores of every head
+      against every cell (``cells x ub x heads``), the f32 mask, and the
+      residual, the norm, Q and two K/V-sized tensors.
+
+    Derived from llama.cpp b11076's graph (src/llama-graph.cpp) and checked
+    against the buffer lines its llama-server printed for five real shapes
+    (bench/llama_buffers.py; the table is in bench/README.md). The number of
+    slots changes nothing: the batch is split between them, not repeated.
+    """
+    cells = _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
+    ub = min(int(num_batch), cells * max(int(num_parallel), 1))
+    E = arch.embedding_length
+    e_f16, e_quant, attn_e = COMPUTE_TERMS.get(arch.arch, COMPUTE_TERMS["llama"])
+    quantized = (kv_type or "f16").lower() not in ("f16", "f32", "bf16")
+    ffn = 4 * ub * (3 * ffn_width(arch) + (e_quant if quantized else e_f16) * E) + 2 * cells * ub
+    if arch.swa_layers and not quantized:
+        ffn += 2 * ub * ub
+    if flash_attention:
+        return int(ffn)
+    q_dim = arch.head_count * arch.head_dim_k
+    kv_dim = arch.head_count_kv * arch.head_dim_k
+    rest = attn_e * E if attn_e else 5 * q_dim + 2 * kv_dim
+    attention = 4 * ub * (cells * arch.head_count + cells + rest)
+    return int(max(ffn, attention))
+
+
+def ffn_width(arch: Arch) -> int:
+    """The feed-forward width a token passes through: the GGUF's
+    feed_forward_length (times the experts used, for a MoE); 8/3 of the
+    embedding (a SwiGLU block's usual ratio) when the GGUF does not say."""
+    width = arch.feed_forward_length or (8 * arch.embedding_length) // 3
+    if arch.expert_count and arch.expert_used_count:
+        width *= arch.expert_used_count
+    return int(width)
