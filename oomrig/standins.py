@@ -253,6 +253,9 @@ def ensure_standins(server, paths: RigPaths, names: list[str] | None = None, lev
     """Write (once) and register the stand-ins in ``server``'s store; tag -> file."""
     from probes.ollama_api import Ollama
 
+    unknown = [level for level in levels if level not in LEVELS]
+    if unknown:
+        raise RigError(f"no stand-in level {unknown[0]!r} (known: {', '.join(LEVELS)})")
     api = Ollama(server.host, timeout_s=120)
     have = set(api.tags())
     made = {}

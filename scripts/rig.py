@@ -9,6 +9,10 @@
     python scripts/rig.py serve --env OLLAMA_NUM_PARALLEL=4 --env OLLAMA_KV_CACHE_TYPE=q8_0
                                                       # configured as a user's server would be
 
+    python scripts/rig.py standins [--rig-version 0.11.4] [--level Q8_0]
+                                                      # the real-size stand-ins (oomrig/standins.py): written
+                                                      # once, sparse, and created in the engine's store
+
 ``OOMVET_RIG_VERSION`` is the default of ``--rig-version`` for ``serve``.
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 
 from common.errors import ProbeError
 from oomrig import CURRENT_VERSION, LEGACY_VERSION, Rig, resolve_version
+from oomrig.standins import ensure_standins
 
 
 def _ready(rig: Rig, started: float) -> None:
@@ -60,7 +65,8 @@ def _stop(signum, frame):
 def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("setup", "serve"))
+    parser.add_argument("action", choices=("setup", "serve", "standins"))
+    parser.add_argument("--level", default="Q4_K_M", help="standins: Q4_K_M (default), Q8_0 or F16")
     parser.add_argument("--rig-version", metavar="V",
                         help=f"{CURRENT_VERSION} (current engine) or {LEGACY_VERSION} (legacy); "
                              "setup: default both, serve: default $OOMVET_RIG_VERSION or current")
@@ -83,6 +89,9 @@ def main() -> int:
             started = time.monotonic()
             with Rig(version=version, env=settings) as rig:
                 _ready(rig, started)
+                if args.action == "standins":
+                    made = ensure_standins(rig.server, rig.paths, None, (args.level.upper(),))
+                    print("\n".join(f"{tag}  {path}" for tag, path in made.items()), flush=True)
                 if args.action == "serve":
                     print(f"OLLAMA_HOST={rig.host}  (Ctrl-C stops it)", flush=True)
                     _until_stopped()

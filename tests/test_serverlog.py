@@ -150,3 +150,13 @@ def test_a_buffer_line_without_a_number_is_ignored_not_raised_on():
     # found by the fuzz test: "size=.MiB" once reached float(".")
     digest = parse(["A KV buffer size=.MiB", "CUDA0 KV buffer size = 1.2.3 MiB"])
     assert digest.buffers == []
+
+
+def test_the_go_engines_weight_and_graph_lines_count_as_buffers():
+    # v0.11.x ollamarunner (gemma3 and the other Go-engine models) logs its buffers in slog, not llama.cpp's words
+    lines = ['time=2026-12-05T10:00:00Z level=INFO source=ggml.go:379 msg="model weights" buffer=CPU size="2.3 GiB"',
+             'time=2026-12-05T10:00:01Z level=INFO source=ggml.go:668 msg="compute graph" backend=CPU '
+             'buffer_type=CPU size="106.0 MiB"']
+    d = parse(lines)
+    assert d.buffer_total(kind="model") == int(2.3 * (1 << 30))
+    assert d.buffer_total(kind="compute") == 106 * (1 << 20)
