@@ -40,7 +40,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oomrig import Rig  # noqa: E402
-from oomrig.standins import SHAPES, ensure_standins, tag  # noqa: E402
+from oomrig.standins import LOADED, SHAPES, ensure_standins, tag  # noqa: E402
 from probes import memmodel, predict, serverlog  # noqa: E402
 from probes.ollama_api import Ollama  # noqa: E402
 
@@ -130,7 +130,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _terminate)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rig-version", default=None, help="0.34.4 (default) or 0.11.4")
-    parser.add_argument("--models", default=",".join(SHAPES), help="stand-in names, comma-separated")
+    parser.add_argument("--models", default=",".join(LOADED),
+                        help=f"stand-in names, comma-separated (known: {', '.join(SHAPES)})")
     parser.add_argument("--contexts", default="4096,16384,32768")
     parser.add_argument("--parallel", default="1,4")
     parser.add_argument("--level", default="Q4_K_M")

@@ -40,7 +40,8 @@ def arch_of(shape) -> Arch:
     return Arch(arch=shape.arch, block_count=shape.layers, head_count=shape.heads, head_count_kv=shape.heads_kv,
                 embedding_length=shape.embd, context_length=shape.ctx_train, vocab_size=shape.vocab,
                 key_length=shape.head_dim, value_length=shape.head_dim, sliding_window=shape.sliding_window,
-                feed_forward_length=shape.ffn, expert_count=shape.experts, expert_used_count=shape.experts_used)
+                feed_forward_length=shape.ffn, expert_count=shape.experts, expert_used_count=shape.experts_used,
+                expert_feed_forward_length=shape.expert_ffn or None)
 
 
 def buffers(binary: Path, model: Path, ctx: int, parallel: int, ub: int, fa: str, kv: str) -> dict:

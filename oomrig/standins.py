@@ -57,6 +57,7 @@ class Shape:
     sliding_window: int | None = None
     experts: int = 0
     experts_used: int = 0
+    expert_ffn: int = 0           # an expert's width where the GGUF states it apart (Qwen3 MoE)
     rope_freqs: bool = False      # Llama 3.1's rope_freqs.weight
     extra_kv: dict = field(default_factory=dict)
     source: str = ""              # where the figures come from (the model's config)
@@ -81,7 +82,16 @@ SHAPES = {s.name: s for s in (
     Shape("shape-nemo-12b", "llama", 40, 5120, 32, 8, 14336, 131072, 1024000, head_dim=128,
           extra_kv={"rope.freq_base": 1000000.0, "rope.dimension_count": 128},
           source="mistralai/Mistral-Nemo-Instruct-2407 config.json"),
+    # two more, for the compute-buffer check only (bench/llama_buffers.py): the
+    # MoE is 17 GiB at Q4_K_M, too big to load whole through Ollama here
+    Shape("shape-qwen3-8b", "qwen3", 36, 4096, 32, 8, 12288, 151936, 40960, head_dim=128, qk_norm="head",
+          extra_kv={"rope.freq_base": 1000000.0}, source="Qwen/Qwen3-8B config.json"),
+    Shape("shape-qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 6144, 151936, 40960, head_dim=128,
+          qk_norm="head", experts=128, experts_used=8, expert_ffn=768, extra_kv={"rope.freq_base": 1000000.0},
+          source="Qwen/Qwen3-30B-A3B config.json"),
 )}
+#: the five the whole-load bench (bench/bench_arch.py) runs by default
+LOADED = ("shape-llama3.1-8b", "shape-qwen2.5-7b", "shape-gemma3-4b", "shape-olmoe-1b-7b", "shape-nemo-12b")
 
 
 def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
@@ -108,7 +118,7 @@ def tensors(shape: Shape) -> list[tuple[str, tuple[int, ...]]]:
         if shape.sandwich_norms:
             out += [(b + "post_attention_norm.weight", (E,)), (b + "post_ffw_norm.weight", (E,))]
         if shape.experts:
-            X = shape.experts
+            X, F = shape.experts, shape.expert_ffn or F
             out += [(b + "ffn_gate_inp.weight", (E, X)), (b + "ffn_gate_exps.weight", (E, F, X)),
                     (b + "ffn_up_exps.weight", (E, F, X)), (b + "ffn_down_exps.weight", (F, E, X))]
         else:
@@ -201,6 +211,8 @@ def write_gguf(shape: Shape, level: str, dst: Path) -> Path:
     if shape.experts:
         writer.add_uint32(f"{a}.expert_count", shape.experts)
         writer.add_uint32(f"{a}.expert_used_count", shape.experts_used)
+        if shape.expert_ffn:
+            writer.add_uint32(f"{a}.expert_feed_forward_length", shape.expert_ffn)
     for key, value in shape.extra_kv.items():
         (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(f"{a}.{key}", value)
     _tokenizer(writer, shape.vocab)

@@ -176,12 +176,14 @@ class Loads:
             if s.flash_attention_mode == "auto":
                 self._log("llama_context: enabling flash_attn since it is required for quantized V cache")
         free = self._gpu_free_for_load(now, exclude=key)
+        # "auto" is on for every simulated device (as on the CPU and the GPUs Ollama builds for)
+        compute = memmodel.llama_server_compute_bytes(arch, num_ctx, num_batch, s.num_parallel,
+                                                      s.flash_attention_mode != "off", kv)
 
         def fit(layers: int = num_gpu) -> memmodel.Placement:
             return memmodel.place(arch, model.weights_bytes, num_ctx, s.num_parallel, num_batch, kv, free,
                                   num_gpu=layers, overhead_bytes=s.fit_target_bytes, min_gpu_bytes=0,
-                                  unified=dev.unified, estimate_min_ctx=0,
-                                  compute_bytes=memmodel.llama_server_compute_bytes(arch, num_ctx, num_batch))
+                                  unified=dev.unified, estimate_min_ctx=0, compute_bytes=compute)
 
         p = fit()
         gpu = max(p.size_vram_bytes - p.buffer_bytes, 0) if p.layers_gpu else 0

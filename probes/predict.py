@@ -71,11 +71,43 @@ def server_engine(api) -> tuple[str, str]:
 
 
 def predictor(shape: ModelShape, engine: str, kv_type: str = "f16",
-              num_batch: int | None = None) -> Callable[[int, int], Footprint]:
+              num_batch: int | None = None, flash_attention: bool = True) -> Callable[[int, int], Footprint]:
     """``(num_ctx, num_parallel) -> Footprint`` for this tag on this engine."""
     def footprint(num_ctx: int, num_parallel: int = 1) -> Footprint:
-        return memmodel.footprint(engine, shape.arch, shape.weights_bytes, num_ctx, num_parallel, kv_type, num_batch)
+        return memmodel.footprint(engine, shape.arch, shape.weights_bytes, num_ctx, num_parallel, kv_type, num_batch,
+                                  flash_attention=flash_attention)
     return footprint
+
+
+_OFF = ("0", "false", "off", "no")
+
+
+def flash_attention(engine: str, server_env: dict | None) -> bool | None:
+    """Whether the server runs with flash attention, from the settings read
+    from it: the current engine passes ``--flash-attn auto`` unless
+    ``OLLAMA_FLASH_ATTENTION`` turns it off (auto is on wherever llama.cpp
+    supports it: the CPU and the GPUs Ollama builds for); the legacy runner
+    only when ``OLLAMA_FLASH_ATTENTION`` turns it on. None when the settings
+    were not read: unknown, not assumed."""
+    if server_env is None:
+        return None
+    raw = str(server_env.get("OLLAMA_FLASH_ATTENTION") or "").strip().lower()
+    if engine == memmodel.ENGINE_LLAMA_SERVER:
+        return raw not in _OFF
+    return raw in ("1", "true", "on", "yes")
+
+
+#: the largest error of the predicted total measured per engine, and on what:
+#: bench/README.md ("the memory model on real architectures") has the rows
+EXPECTED_ERROR = {memmodel.ENGINE_LLAMA_SERVER: 0.01}
+
+
+def no_prediction(shape: ModelShape, engine: str) -> str | None:
+    """Why there is no prediction for this model on this engine (its
+    architecture's compute buffer was never measured), or None."""
+    if engine == memmodel.ENGINE_LLAMA_SERVER and not memmodel.compute_checked(shape.arch):
+        return shape.arch.arch
+    return None
 
 
 def vram_total(device) -> int:

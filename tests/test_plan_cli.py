@@ -69,3 +69,51 @@ def test_the_table_shows_every_tag_whole_in_80_columns(planned, lang):
     for tag in ("neohorse-1:q4_K_M", "neohorse-1:q3_K_M"):
         row = next(line for line in lines if tag in line and "KiB" in line)  # whole, on one line with its figures
         assert row.split()[-2].isdigit() and row.split()[-1] == "4096", row
+
+
+CURRENT = Path(__file__).resolve().parents[1] / "scenarios" / "kv_cache_current.yaml"
+
+
+def plan_current(*extra):
+    proc = subprocess.run([sys.executable, "-m", "assistant", "plan", "--simulate", str(CURRENT),
+                           "--model", "neohorse-1:q4_K_M", "--json", *extra], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_flash_attention_off_costs_the_current_engine_compute_and_context():
+    # without flash attention llama.cpp keeps every head's scores against every cell: the plan must know
+    on, off = plan_current("--fa", "on", "--ctx", "16384"), plan_current("--fa", "off", "--ctx", "16384")
+    row_on, row_off = on["tags"][0], off["tags"][0]
+    assert row_off["compute"] > 4 * row_on["compute"]
+    assert row_off["max_ctx"] < row_on["max_ctx"]
+    assert on["flash_attention"] is True and off["flash_attention"] is False
+    assert on["flash_attention_source"] == off["flash_attention_source"] == "given"
+    assert on["expected_error"] == pytest.approx(0.01)
+
+
+def test_flash_attention_follows_the_servers_settings_by_default():
+    planned = plan_current()
+    assert planned["flash_attention_source"] == "server" and planned["flash_attention"] is True
+
+
+def test_the_legacy_engine_says_its_error_is_not_measured_yet():
+    proc = plan()
+    assert proc.returncode == 0
+    assert "not measured on real architectures" in proc.stdout
+    assert "Flash attention: off" in proc.stdout
+
+
+def test_an_architecture_never_measured_gets_no_prediction_said_plainly(tmp_path):
+    scenario = tmp_path / "phi3.yaml"
+    scenario.write_text(CURRENT.read_text().replace("arch: llama", "arch: phi3"))
+    proc = subprocess.run([sys.executable, "-m", "assistant", "plan", "--simulate", str(scenario),
+                           "--model", "neohorse-1:q4_K_M"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "no prediction for architecture phi3" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "assistant", "plan", "--simulate", str(scenario),
+                           "--model", "neohorse-1:q4_K_M", "--json"], capture_output=True, text=True, timeout=300)
+    rows = json.loads(proc.stdout)["tags"]
+    assert rows and all(row["predicted"] is False and row["architecture"] == "phi3" for row in rows)

@@ -71,6 +71,8 @@ def test_moe_has_three_expert_tensors_per_layer_and_an_f32_router(tmp_path):
     ("shape-qwen2.5-7b", 4.68),     # ollama.com qwen2.5:7b-instruct-q4_K_M: 4.7 GB
     ("shape-nemo-12b", 7.48),       # Mistral-Nemo-Instruct-2407 Q4_K_M GGUF: 7.48 GB
     ("shape-olmoe-1b-7b", 4.21),    # OLMoE-1B-7B-0924-Instruct Q4_K_M GGUF: 4.21 GB
+    ("shape-qwen3-8b", 5.03),       # Qwen3-8B Q4_K_M GGUF: 5.03 GB
+    ("shape-qwen3-30b-a3b", 18.6),  # Qwen3-30B-A3B Q4_K_M GGUF: 18.6 GB
 ])
 def test_published_shapes_weigh_what_their_q4_k_m_files_do(name, published_gb):
     got = standins.weights_bytes(standins.SHAPES[name], "Q4_K_M") / 1e9

@@ -36,6 +36,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--ctx", metavar="N", help="also show the total at this num_ctx (default: the server's default)")
     p.add_argument("--parallel", metavar="P", default="1", help="OLLAMA_NUM_PARALLEL to plan for (default 1)")
     p.add_argument("--kv", metavar="TYPE", default="f16", help="KV cache type: f16, q8_0, q4_0 ... (default f16)")
+    p.add_argument("--fa", choices=("server", "on", "off"), default="server",
+                   help="flash attention: as the server runs it (default; read from its settings, planned "
+                        "without it when they cannot be read), or on / off")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(run=run)
 
@@ -73,9 +76,13 @@ class _Card:
 
 
 def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None = None, parallel: int = 1,
-         kv: str = "f16") -> dict:
+         kv: str = "f16", fa: str = "server") -> dict:
     """The whole plan as one dict (what ``--json`` prints)."""
     version, engine = predict.server_engine(api)
+    flash = {"on": True, "off": False}.get(fa, predict.flash_attention(engine, server_env))
+    fa_source = "given" if fa in ("on", "off") else ("server" if flash is not None else "unknown")
+    if flash is None:
+        flash = False   # not read: planned with the larger compute buffer
     on_gpu = getattr(device, "vendor", None) in ("nvidia", "amd", "apple", "simulated")
     limit = fit_limit(vram)
     base = model.split(":", 1)[0]
@@ -84,7 +91,11 @@ def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None =
     default_for_model = None
     for tag in tags:
         shape = predict.read_shape(api, tag, on_gpu=on_gpu)
-        footprint = predict.predictor(shape, engine, kv)
+        unknown_arch = predict.no_prediction(shape, engine)
+        if unknown_arch:
+            rows.append({"model": tag, "level": shape.level, "predicted": False, "architecture": unknown_arch})
+            continue
+        footprint = predict.predictor(shape, engine, kv, flash_attention=flash)
         trained = shape.arch.context_length or None
         default = predict.default_ctx(engine, device, server_env, trained)
         if tag == model:
@@ -96,14 +107,15 @@ def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None =
         if max_ctx is not None and trained and footprint(trained, parallel).total <= limit:
             max_ctx = trained
         default_total = footprint(default, parallel).total
-        rows.append({"model": tag, "level": shape.level, "weights": f.weights, "weights_source": shape.weights_source,
+        rows.append({"model": tag, "level": shape.level, "predicted": True, "weights": f.weights, "weights_source": shape.weights_source,
                      "kv_per_token": int(round(memmodel.kv_per_token(engine, shape.arch, kv))),
                      "compute": f.compute, "num_ctx": f.num_ctx, "total": f.total, "max_ctx": max_ctx,
                      "trained_ctx": trained, "server_default_ctx": default, "default_total": default_total,
                      "default_fits": default_total <= limit})
     return {"model": model, "base": base, "engine": engine, "version": version, "vram": vram, "fit_limit": limit,
             "num_parallel": parallel, "kv_cache_type": kv, "server_default_ctx": default_for_model,
-            "predicted": True, "tags": rows}
+            "flash_attention": flash, "flash_attention_source": fa_source,
+            "expected_error": predict.EXPECTED_ERROR.get(engine), "predicted": True, "tags": rows}
 
 
 def run(args) -> int:
@@ -115,15 +127,26 @@ def run(args) -> int:
             card, planned = vram, _Card("nvidia", vram)   # a GPU of that size: its VRAM sets the default
         else:
             card, planned = int(world.limit.bytes), device  # what this device can give (or --budget)
-        result = plan(world.env.api, model, planned, world.env.control.env(), card, ctx, parallel, kv)
+        result = plan(world.env.api, model, planned, world.env.control.env(), card, ctx, parallel, kv, args.fa)
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
         return ExitCode.OK
     out = Console()
-    out.print(render(result, ctx))
+    if any(row["predicted"] for row in result["tags"]):
+        out.print(render(result, ctx))
+    for row in result["tags"]:
+        if not row["predicted"]:
+            out.print(t("cmd_plan.no_prediction", model=row["model"], arch=row["architecture"]), highlight=False)
     first = result["tags"][0]
-    verdict = t("cmd_plan.default_fits") if first["default_fits"] else t("cmd_plan.default_over")
-    out.print(t("cmd_plan.default_note", ctx=first["server_default_ctx"], verdict=verdict), highlight=False)
+    if first["predicted"]:
+        verdict = t("cmd_plan.default_fits") if first["default_fits"] else t("cmd_plan.default_over")
+        out.print(t("cmd_plan.default_note", ctx=first["server_default_ctx"], verdict=verdict), highlight=False)
+    out.print(t(f"cmd_plan.fa_{result['flash_attention_source']}",
+                state=t("cmd_plan.on" if result["flash_attention"] else "cmd_plan.off")), highlight=False)
+    if result["expected_error"] is not None:
+        out.print(t("cmd_plan.expected_error", pct=f"{100 * result['expected_error']:.0f}"), highlight=False)
+    else:
+        out.print(t("cmd_plan.expected_unmeasured", engine=result["engine"]), highlight=False)
     return ExitCode.OK
 
 
@@ -137,13 +160,14 @@ def render(result: dict, ctx: int | None) -> Table:
                           engine=result["engine"], version=result["version"]), title_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
     at = ctx or result["server_default_ctx"]
-    table.add_column(t("cmd_plan.col_tag"), no_wrap=True, min_width=max(len(row["model"]) for row in result["tags"]))
+    rows = [row for row in result["tags"] if row["predicted"]]
+    table.add_column(t("cmd_plan.col_tag"), no_wrap=True, min_width=max(len(row["model"]) for row in rows))
     for key in ("col_weights", "col_kv", "col_compute"):
         table.add_column(t(f"cmd_plan.{key}"), justify="right", no_wrap=True)
     table.add_column(t("cmd_plan.col_at_ctx", ctx=at), justify="right", no_wrap=True)
     table.add_column(t("cmd_plan.col_max_ctx"), justify="right", no_wrap=True)
     table.add_column(t("cmd_plan.col_default"), justify="right", no_wrap=True, min_width=7)
-    for row in result["tags"]:
+    for row in rows:
         table.add_row(row["model"], fmt_size(row["weights"]), fmt_size(row["kv_per_token"]), fmt_size(row["compute"]),
                       fmt_size(row["total"]), str(row["max_ctx"]) if row["max_ctx"] else t("cmd_plan.none"),
                       str(row["server_default_ctx"]))

@@ -43,6 +43,7 @@ class Arch:
     feed_forward_length: int | None = None
     expert_count: int = 0
     expert_used_count: int = 0
+    expert_feed_forward_length: int | None = None
     #: ``<arch>.attention.sliding_window_pattern`` when the GGUF states it:
     #: one flag per layer (True = sliding), or an int period
     swa_pattern: tuple | int | None = None
@@ -133,6 +134,7 @@ class Arch:
             feed_forward_length=get("feed_forward_length", required=False),
             expert_count=get("expert_count", required=False) or 0,
             expert_used_count=get("expert_used_count", required=False) or 0,
+            expert_feed_forward_length=get("expert_feed_forward_length", required=False),
             swa_pattern=pattern,
         )
 

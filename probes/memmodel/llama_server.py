@@ -57,7 +57,7 @@ def llama_server_kv_per_token(arch: Arch, kv_type: str = "f16") -> float:
 #: ub x ub. An architecture not listed here was not measured: see
 #: :func:`compute_checked`.
 COMPUTE_TERMS = {
-    "llama": (4, 3, None), "qwen2": (4, 3, None), "olmoe": (4, 3, None),
+    "llama": (4, 3, None), "qwen2": (4, 3, None), "olmoe": (4, 3, None), "qwen3": (4, 3, None),
     "gemma3": (4, 5, 7),
 }
 
@@ -111,5 +111,5 @@ def ffn_width(arch: Arch) -> int:
     embedding (a SwiGLU block's usual ratio) when the GGUF does not say."""
     width = arch.feed_forward_length or (8 * arch.embedding_length) // 3
     if arch.expert_count and arch.expert_used_count:
-        width *= arch.expert_used_count
+        width = (arch.expert_feed_forward_length or width) * arch.expert_used_count
     return int(width)
