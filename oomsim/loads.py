@@ -155,8 +155,8 @@ class Loads:
         dev, arch, key = self.scenario.device, model.arch, model.tag.lower()
         if self._warn_clamped(arch, num_ctx):
             num_ctx = arch.context_length
-        if not options_batch_set(num_batch) and num_ctx > 4096:
-            num_batch = 2048 if num_ctx > 32768 else 1024   # automaticGenerationBatch
+        if not options_batch_set(num_batch):   # automaticGenerationBatch: by the context of all slots
+            num_batch = max(num_batch, memmodel.automatic_batch(memmodel.ENGINE_LLAMA_SERVER, num_ctx, s.num_parallel))
         kv = s.kv_cache_type if s.kv_cache_type in memmodel.KV_ELEMENT_BYTES else "f16"
         args = [LLAMA_SERVER, "--model", f"/root/.ollama/models/blobs/sha256-{_blob(model.tag)}", "--port", "0",
                 "--host", "127.0.0.1", "--no-webui", "--offline", "-c", str(num_ctx * s.num_parallel),

@@ -71,7 +71,7 @@ def server_engine(api) -> tuple[str, str]:
 
 
 def predictor(shape: ModelShape, engine: str, kv_type: str = "f16",
-              num_batch: int | None = None, flash_attention: bool = True) -> Callable[[int, int], Footprint]:
+              num_batch: int | None = None, flash_attention: bool | None = None) -> Callable[[int, int], Footprint]:
     """``(num_ctx, num_parallel) -> Footprint`` for this tag on this engine."""
     def footprint(num_ctx: int, num_parallel: int = 1) -> Footprint:
         return memmodel.footprint(engine, shape.arch, shape.weights_bytes, num_ctx, num_parallel, kv_type, num_batch,

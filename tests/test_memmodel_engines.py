@@ -129,3 +129,10 @@ def test_largest_fitting_ctx_handles_a_step_in_the_prediction():
     assert m.largest_fitting_ctx(predict, 45_000, 256, 8192) == 4096
     assert m.largest_fitting_ctx(predict, 50_000, 256, 8192) == 4352
     assert m.largest_fitting_ctx(predict, 100, 256, 8192) is None
+
+
+def test_the_automatic_batch_follows_the_context_of_all_slots():
+    # bench_arch on v0.34.4: num_ctx 4096 with OLLAMA_NUM_PARALLEL=4 ran "-c 16384 -np 4 -b 1024"
+    assert m.automatic_batch(m.ENGINE_LLAMA_SERVER, 4096, 4) == 1024
+    assert m.automatic_batch(m.ENGINE_LLAMA_SERVER, 16384, 4) == 2048
+    assert m.automatic_batch(m.ENGINE_LLAMA_SERVER, 4096, 1) == 512

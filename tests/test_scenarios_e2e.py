@@ -124,10 +124,13 @@ def fits(scenario_name: str, config: dict, budget: str | None) -> tuple[bool, st
     ctx, batch = int(config["max_context_len"]), int(config.get("max_batch_size") or 512)
     if engine_of(scn.server.version) == "llama-server":
         # an unset batch (512) is raised with the context; the compute buffer is llama-server's own
-        batch = memmodel.automatic_batch("llama-server", ctx) if batch == 512 else batch
+        slots = int(config.get("max_concurrency") or 1)
+        batch = memmodel.automatic_batch("llama-server", ctx, slots) if batch == 512 else batch
         current = {"overhead_bytes": (scn.server.fit_target_mib or FIT_TARGET_DEFAULT // (1 << 20)) << 20,
                    "min_gpu_bytes": 0, "estimate_min_ctx": 0,
-                   "compute_bytes": memmodel.llama_server_compute_bytes(model.arch, ctx, batch)}
+                   "compute_bytes": memmodel.llama_server_compute_bytes(model.arch, ctx, batch, slots,
+                                                                        scn.server.flash_attention is not False,
+                                                                        kv)}
     p = memmodel.place(model.arch, model.weights_bytes, ctx, int(config.get("max_concurrency") or 1), batch,
                        kv, limit, **current)
     return p.full_gpu and p.size_vram_bytes <= limit, f"{p} vs limit {limit}"

@@ -107,7 +107,8 @@ def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None =
         if max_ctx is not None and trained and footprint(trained, parallel).total <= limit:
             max_ctx = trained
         default_total = footprint(default, parallel).total
-        rows.append({"model": tag, "level": shape.level, "predicted": True, "weights": f.weights, "weights_source": shape.weights_source,
+        rows.append({"model": tag, "level": shape.level, "predicted": True, "weights": f.weights,
+                     "weights_source": shape.weights_source,
                      "kv_per_token": int(round(memmodel.kv_per_token(engine, shape.arch, kv))),
                      "compute": f.compute, "num_ctx": f.num_ctx, "total": f.total, "max_ctx": max_ctx,
                      "trained_ctx": trained, "server_default_ctx": default, "default_total": default_total,
@@ -168,7 +169,9 @@ def render(result: dict, ctx: int | None) -> Table:
     table.add_column(t("cmd_plan.col_max_ctx"), justify="right", no_wrap=True)
     table.add_column(t("cmd_plan.col_default"), justify="right", no_wrap=True, min_width=7)
     for row in rows:
-        table.add_row(row["model"], fmt_size(row["weights"]), fmt_size(row["kv_per_token"]), fmt_size(row["compute"]),
-                      fmt_size(row["total"]), str(row["max_ctx"]) if row["max_ctx"] else t("cmd_plan.none"),
+        # one decimal: MiB-sized figures with two would push the table past 80 columns
+        table.add_row(row["model"], fmt_size(row["weights"], 1), fmt_size(row["kv_per_token"], 1),
+                      fmt_size(row["compute"], 1), fmt_size(row["total"], 1),
+                      str(row["max_ctx"]) if row["max_ctx"] else t("cmd_plan.none"),
                       str(row["server_default_ctx"]))
     return table

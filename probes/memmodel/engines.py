@@ -22,15 +22,20 @@ def engine_for_version(version: str | None) -> str:
     return ENGINE_LLAMA_SERVER if v and v[:2] >= LLAMA_SERVER_SINCE else ENGINE_RUNNER
 
 
-def automatic_batch(engine: str, num_ctx: int) -> int:
+def automatic_batch(engine: str, num_ctx: int, num_parallel: int = 1) -> int:
     """The batch a request gets when it does not set ``num_batch``: 512 on the
-    legacy runner; the current engine raises it with the per-slot context
-    (1024 above 4096, 2048 above 32768; ``automaticGenerationBatch``)."""
+    legacy runner; the current engine raises it with the context of all its
+    slots, ``num_ctx x parallel`` (1024 above 4096, 2048 above 32768;
+    ``automaticGenerationBatch`` in server/sched.go, v0.34.4). Not modelled:
+    Ollama lowers it again when the prediction leaves too little headroom on
+    the device, and keeps 512 (256 on a CUDA card of 8 GiB or less) when flash
+    attention is off on CUDA."""
     if engine != ENGINE_LLAMA_SERVER:
         return 512
-    if num_ctx > 32768:
+    total = int(num_ctx) * max(int(num_parallel), 1)
+    if total > 32768:
         return 2048
-    if num_ctx > 4096:
+    if total > 4096:
         return 1024
     return 512
 
@@ -78,7 +83,8 @@ class Footprint:
 
 
 def footprint(engine: str, arch: Arch, weights_bytes: int, num_ctx: int, num_parallel: int = 1,
-              kv_type: str = "f16", num_batch: int | None = None, flash_attention: bool = True) -> Footprint:
+              kv_type: str = "f16", num_batch: int | None = None,
+              flash_attention: bool | None = None) -> Footprint:
     """Predict what a load allocates on ``engine``. ``weights_bytes`` is the
     tensors' size (:func:`~probes.memmodel.levels.tensor_bytes`) or, lacking it, the file size.
     ``num_batch`` None is the server's automatic batch. The legacy runner's
@@ -86,8 +92,10 @@ def footprint(engine: str, arch: Arch, weights_bytes: int, num_ctx: int, num_par
     floor, its graph formula); the current engine's are llama-server's buffers."""
     ctx = clamp_ctx(arch, num_ctx)
     parallel = max(int(num_parallel), 1)
-    batch = int(num_batch) if num_batch else automatic_batch(engine, ctx)
+    batch = int(num_batch) if num_batch else automatic_batch(engine, ctx, parallel)
     kv_type = (kv_type or "f16").lower()
+    if flash_attention is None:   # each engine's own default: auto (on) on llama-server, off on the runner
+        flash_attention = engine == ENGINE_LLAMA_SERVER
     if engine == ENGINE_LLAMA_SERVER:
         kv = llama_server_kv_bytes(arch, ctx, parallel, kv_type, batch)
         compute = llama_server_compute_bytes(arch, ctx, batch, parallel, flash_attention, kv_type)
