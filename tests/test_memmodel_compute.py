@@ -4,8 +4,11 @@
 one Ollama v0.34.4 runs) logged when it loaded the real-size stand-ins
 (``bench/llama_buffers.py``, one load per row: "CPU compute buffer size =
 X MiB"). The formula's terms were derived from llama.cpp's graph and the
-llama, qwen2, gemma3 and olmoe rows; the Mistral Nemo rows (``"held_out":
-true``) were measured after and never used to set a term: they check it.
+llama, qwen2, gemma3 and olmoe rows; the Mistral Nemo and Qwen3 8B rows
+(``"held_out": true``) were measured after and never used to set a term:
+they check it. Nemo with a quantized cache (``"gap": true``) is a known miss;
+the Qwen3 MoE rows (``"unchecked": true``) miss by 30-44%, which is why that
+architecture is not in the measured set and gets no prediction.
 """
 from __future__ import annotations
 
@@ -33,27 +36,33 @@ def _error(row) -> float:
     return (predicted - measured) / measured
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if not r.get("held_out")], ids=_id)
+@pytest.mark.parametrize("row", [r for r in ROWS if not (r.get("held_out") or r.get("unchecked"))], ids=_id)
 def test_compute_buffer_within_one_percent_of_what_llama_server_logged(row):
     assert abs(_error(row)) < 0.01
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r.get("held_out") and r["kv"] == "f16"], ids=_id)
-def test_held_out_model_with_an_f16_cache_within_two_percent(row):
+@pytest.mark.parametrize("row", [r for r in ROWS if r.get("held_out") and not r.get("gap")], ids=_id)
+def test_held_out_models_within_two_percent(row):
     assert abs(_error(row)) < 0.02
+
+
+def test_an_architecture_the_formula_misses_is_not_in_the_measured_set():
+    unchecked = [r for r in ROWS if r.get("unchecked")]
+    assert unchecked and max(abs(_error(r)) for r in unchecked) > 0.2   # flash attention on: 30-44% low
+    assert not any(m.compute_checked(m.Arch(**r["arch"])) for r in unchecked)
 
 
 @pytest.mark.xfail(strict=True, reason="held out: Mistral Nemo with a q8_0 cache is 11-12% over the formula "
                    "(its Q is narrower than its embedding; what the quantized path keeps alive then is not "
                    "modelled yet)")
-@pytest.mark.parametrize("row", [r for r in ROWS if r.get("held_out") and r["kv"] != "f16"], ids=_id)
+@pytest.mark.parametrize("row", [r for r in ROWS if r.get("gap")], ids=_id)
 def test_held_out_model_with_a_quantized_cache(row):
     assert abs(_error(row)) < 0.02
 
 
 def test_the_rows_cover_every_shape_both_attention_paths_and_a_held_out_model():
     assert {r["model"] for r in ROWS} >= {"shape-llama3.1-8b", "shape-qwen2.5-7b", "shape-gemma3-4b",
-                                          "shape-olmoe-1b-7b", "shape-nemo-12b"}
+                                          "shape-olmoe-1b-7b", "shape-nemo-12b", "shape-qwen3-8b"}
     assert {r["fa"] for r in ROWS} == {"on", "off"}
     assert any(r.get("held_out") for r in ROWS)
 
