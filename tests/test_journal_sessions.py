@@ -22,6 +22,9 @@ import pytest
 from assistant.cli import main
 from assistant.journal.store import DB_NAME
 
+# one worker, one diagnosis: the fixture is session-scoped (a module fixture is torn down
+# whenever the worker runs another module's test in between: three setups of 11 s each)
+pytestmark = pytest.mark.xdist_group("journal_sessions")
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "kv_cache.yaml"
 ANSWERS = ROOT / "scenarios" / "kv_cache.answers.yaml"
@@ -32,7 +35,7 @@ def _sessions(capsys) -> list[dict]:
     return json.loads(capsys.readouterr().out)["sessions"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def _journalled(tmp_path_factory):
     """One simulated diagnosis for the whole module (the tests only read it
     or cut a copy of its journal): its JSON, its journal folder, its files."""

@@ -17,7 +17,7 @@ def plan(*extra):
     return proc
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def planned():
     proc = plan("--json")
     assert proc.returncode == 0, proc.stderr
@@ -82,7 +82,7 @@ def plan_current(*extra):
     return json.loads(proc.stdout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def current_default():
     return plan_current("--ctx", "16384")
 

@@ -21,7 +21,7 @@ from tests.test_rules_tree import CASES, DEV, KV_AT_8K, Case
 IDS = [c.name for c in CASES]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs():
     """Every branch driven once: name -> (case, trace, steps, facts, why)."""
     out = {}

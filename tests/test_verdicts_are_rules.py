@@ -19,8 +19,10 @@ from assistant.session import loop as session_mod
 from rules.facts import MEASUREMENTS
 from rules.kb import RULES
 
-# one worker runs this module (scripts/test.sh distributes by --dist loadgroup): its module
-# fixture diagnoses three scenarios, 33 s, which a second worker would run again
+# one worker runs this module (scripts/test.sh distributes by --dist loadgroup): its fixture
+# diagnoses three scenarios, 36 s, which a second worker would run again. The fixture is
+# session-scoped: a worker runs other modules' tests between this module's, and pytest tears
+# a module fixture down at each switch (four setups, 145 s, before the scope was widened)
 pytestmark = pytest.mark.xdist_group("verdicts_are_rules")
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -34,7 +36,7 @@ VERDICT_FIELDS = {"ok", "truncated", "over_limit", "oom", "coherent", "regressio
 CASES = ("weights", "concurrency", "not_memory")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def diagnosed(tmp_path_factory):
     """scenario -> (probe results as the session got them, the session's result, the report's text)."""
     post, finish = session_mod.Session._post_result, session_mod.Session._finish
