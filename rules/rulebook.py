@@ -103,6 +103,16 @@ class _Loose(dict):
 
 #: the context tiers and the finish reasons Ollama gives, each with its Chinese word in the catalog
 TIERS = ("short", "medium", "long")
+
+
+def tier_word(name: str, lang: str) -> str:
+    """A tier's name in ``lang``: "short" / "medium" / "long", and "medium 2"
+    (the third of five points the search measured) with its number kept."""
+    base, _, number = str(name).partition(" ")
+    if base not in TIERS:
+        return str(name)
+    word = t(f"rulebook.tier.{base}", lang)
+    return f"{word} {number}" if number else word
 DONE_REASONS = ("length", "stop", "load", "unload")
 
 
@@ -129,7 +139,7 @@ def _register_reading(row: Reading) -> None:
                                   if placement in ("gpu", "partial", "cpu") else "?")
         # a tier's name and a retest's finish reason are words, said in Chinese in a Chinese sentence
         tier, reason = posted.get("name"), posted.get("done_reason")
-        fields["name_zh"] = t(f"rulebook.tier.{tier}", "zh") if tier in TIERS else fields["name"]
+        fields["name_zh"] = tier_word(tier, "zh") if tier else fields["name"]
         fields["done_reason_zh"] = t(f"rulebook.done.{reason}", "zh") if reason in DONE_REASONS else fields["done_reason"]
         if posted.get("requests") is not None:  # a reproduction: the load it sent
             key = "rulebook.load.alone" if not posted["requests"] else "rulebook.load.at_once"

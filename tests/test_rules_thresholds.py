@@ -57,3 +57,10 @@ def test_a_load_may_name_its_quantization_level():
     assert validate(fact)["level"] == "Q4_K_M"
     with pytest.raises(FactError, match="load.level"):
         validate(dict(fact, level=4))
+
+
+def test_a_numbered_middle_tier_is_said_in_chinese_with_its_number():
+    # five points the search measured: the middle three are "medium 1..3" (probes/context.py)
+    from rules.rulebook import tier_word
+    assert [tier_word(n, "zh") for n in ("short", "medium", "medium 2", "long")] == ["短", "中", "中 2", "长"]
+    assert tier_word("medium 2", "en") == "medium 2" and tier_word("odd", "zh") == "odd"

@@ -29,7 +29,7 @@ from assistant.report.ledger import ledger_rows, others_note
 from assistant.report.format import Chart, Code, Heading, Items, Para, Quote, Table, render_html, render_markdown
 from probes.units import fmt_size
 from rules.facts import PROBES
-from rules.rulebook import DONE_REASONS, TIERS
+from rules.rulebook import DONE_REASONS, TIERS, tier_word
 
 __all__ = ["REPORT_HTML", "REPORT_MD", "LIMIT_OFF_CHART_RATIO", "chart_png", "chart_top", "report_blocks",
            "report_files", "write_report"]
@@ -233,7 +233,7 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
                           _per_min(f.get("drift_per_min")), cell(f.get("answered")), read_as(f), said(f.get("error"))),
                when_none=False)
     fact_table("tier", "report.tiers", ("tier", "num_ctx", "tokens", "peak", "answered", "reading", "error"),
-               lambda f: (word("rulebook.tier", f.get("name")), cell(f.get("num_ctx")),
+               lambda f: (tier_word(f["name"], lang) if f.get("name") else cell(None), cell(f.get("num_ctx")),
                           f"{cell(f.get('prompt_tokens'))} / {cell(f.get('sent_tokens'))}", size(f.get("peak")),
                           cell(f.get("answered")), read_as(f), said(f.get("error"))))
     fact_table("quant_trial", "report.quant", ("tag", "level", "after_load", "peak", "answered", "reading"),
