@@ -64,7 +64,7 @@ class Calibration:
 
     def _growing(self, num_ctx: int, num_parallel: int) -> int:
         f = self.footprint(num_ctx, num_parallel)
-        return f.kv + f.compute
+        return f.peak - f.weights - f.output - f.overhead
 
     def _line(self) -> bool:
         """Whether the points span two KV sizes: then a line is fitted."""
@@ -82,7 +82,7 @@ class Calibration:
     def _fit(self) -> tuple[float, float, float | None, Callable[[int, int], int]]:
         if not self.points:
             f = self.footprint(2048, 1)
-            return float(f.weights + f.output), 1.0, None, self._growing
+            return float(f.weights + f.output + f.overhead), 1.0, None, self._growing
         ys = [p.peak for p in self.points]
         if self._line():
             xs = [self._kv(p.num_ctx, p.num_parallel) for p in self.points]
@@ -105,7 +105,7 @@ class Calibration:
     # -- predicting --------------------------------------------------------------
     def uncalibrated(self, num_ctx: int, num_parallel: int = 1) -> int:
         """The memory model's own total, no measurement involved."""
-        return self.footprint(num_ctx, num_parallel).total
+        return self.footprint(num_ctx, num_parallel).peak
 
     def predict(self, num_ctx: int, num_parallel: int = 1) -> int:
         """The peak this machine should measure: from the fit once there is a

@@ -45,7 +45,7 @@ def _predictions(env: ProbeEnv, tags: list[str], num_ctx: int) -> dict[str, int]
             shape = predict.read_shape(env.api, tag, on_gpu=env.on_gpu)
         except (ProbeError, ValueError):
             continue
-        out[tag] = predict.predictor(shape, engine)(num_ctx, 1).total
+        out[tag] = predict.predictor(shape, engine)(num_ctx, 1).peak
     return out
 
 

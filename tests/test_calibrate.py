@@ -26,7 +26,7 @@ def truth(ctx):
 
 def test_without_points_the_prediction_is_the_models_own():
     cal = Calibration(model)
-    assert cal.predict(4096) == cal.uncalibrated(4096) == model(4096).total
+    assert cal.predict(4096) == cal.uncalibrated(4096) == model(4096).peak
     assert cal.fit()[2] is None
 
 
@@ -86,7 +86,7 @@ def test_the_residual_reports_how_far_points_are_from_a_line():
 def test_an_unmeasured_peak_is_not_a_point():
     cal = Calibration(model)
     cal.add(2048, None)
-    assert cal.points == [] and cal.predict(2048) == model(2048).total
+    assert cal.points == [] and cal.predict(2048) == model(2048).peak
 
 
 def test_a_slope_the_points_cannot_support_is_refused():

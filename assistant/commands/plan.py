@@ -2,8 +2,10 @@
 
 For every tag of the model on the server: the memory model's weights, KV
 bytes per token and compute buffer (``probes/predict.py``, the server's own
-engine), the largest context predicted to fit under the card with the rules'
-safety margin, and what the server's own default context would allocate on
+engine), the peak its process should reach with the context filled
+(``total``; ``buffers`` in ``--json`` is what the server's log would list),
+the largest context whose peak is predicted to fit under the card with the
+rules' safety margin, and what the server's own default context would allocate on
 that card (the current engine picks 4k / 32k / 256k by total VRAM, a common
 surprise OOM). Predictions only: nothing here is measured, and the output
 says so.
@@ -103,20 +105,20 @@ def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None =
         at = ctx or default
         f = footprint(at, parallel)
         top = trained or 262144
-        max_ctx = memmodel.largest_fitting_ctx(lambda c: footprint(c, parallel).total, limit, STEP, top, STEP)
-        if max_ctx is not None and trained and footprint(trained, parallel).total <= limit:
+        max_ctx = memmodel.largest_fitting_ctx(lambda c: footprint(c, parallel).peak, limit, STEP, top, STEP)
+        if max_ctx is not None and trained and footprint(trained, parallel).peak <= limit:
             max_ctx = trained
-        default_total = footprint(default, parallel).total
+        default_total = footprint(default, parallel).peak
         rows.append({"model": tag, "level": shape.level, "predicted": True, "weights": f.weights,
                      "weights_source": shape.weights_source,
                      "kv_per_token": int(round(memmodel.kv_per_token(engine, shape.arch, kv))),
-                     "compute": f.compute, "num_ctx": f.num_ctx, "total": f.total, "max_ctx": max_ctx,
+                     "compute": f.compute, "num_ctx": f.num_ctx, "buffers": f.total, "total": f.peak, "max_ctx": max_ctx,
                      "trained_ctx": trained, "server_default_ctx": default, "default_total": default_total,
                      "default_fits": default_total <= limit})
     return {"model": model, "base": base, "engine": engine, "version": version, "vram": vram, "fit_limit": limit,
             "num_parallel": parallel, "kv_cache_type": kv, "server_default_ctx": default_for_model,
             "flash_attention": flash, "flash_attention_source": fa_source,
-            "expected_error": predict.EXPECTED_ERROR.get(engine), "predicted": True, "tags": rows}
+            "expected_error": predict.EXPECTED_ERROR[engine], "predicted": True, "tags": rows}
 
 
 def run(args) -> int:
@@ -144,11 +146,14 @@ def run(args) -> int:
         out.print(t("cmd_plan.default_note", ctx=first["server_default_ctx"], verdict=verdict), highlight=False)
     out.print(t(f"cmd_plan.fa_{result['flash_attention_source']}",
                 state=t("cmd_plan.on" if result["flash_attention"] else "cmd_plan.off")), highlight=False)
-    if result["expected_error"] is not None:
-        out.print(t("cmd_plan.expected_error", pct=f"{100 * result['expected_error']:.0f}"), highlight=False)
-    else:
-        out.print(t("cmd_plan.expected_unmeasured", engine=result["engine"]), highlight=False)
+    error = result["expected_error"]
+    out.print(t("cmd_plan.expected_error", peak=_pct(error["peak"]), buffers=_pct(error["buffers"])),
+              highlight=False)
     return ExitCode.OK
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}".rstrip("0").rstrip(".")
 
 
 def render(result: dict, ctx: int | None) -> Table:

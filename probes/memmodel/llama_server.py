@@ -90,6 +90,12 @@ def llama_server_compute_bytes(arch: Arch, num_ctx: int, num_batch: int, num_par
     """
     cells = _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
     ub = min(int(num_batch), cells * max(int(num_parallel), 1))
+    return graph_bytes_for(arch, cells, ub, flash_attention, kv_type)
+
+
+def graph_bytes_for(arch: Arch, cells: int, ub: int, flash_attention: bool = True, kv_type: str = "f16") -> int:
+    """:func:`llama_server_compute_bytes` for an attention span of ``cells``
+    (already padded) and a micro-batch of ``ub`` tokens."""
     E = arch.embedding_length
     e_f16, e_quant, attn_e = COMPUTE_TERMS.get(arch.arch, COMPUTE_TERMS["llama"])
     quantized = (kv_type or "f16").lower() not in ("f16", "f32", "bf16")

@@ -8,12 +8,17 @@ layers placed from the last one down while they fit. The one deliberate
 difference: quantized KV caches use the real ggml block sizes (q8_0 34 bytes
 per 32 values, q4_0 18 per 32) where Ollama's estimate rounds them to 1 and
 0.5 bytes; the difference is about 6% of the KV cache.
+
+What the runner's llama.cpp then really allocates is
+:func:`runner_compute_bytes` and :func:`kv_cache_bytes` (no 2048-cell floor),
+which :func:`~probes.memmodel.engines.footprint` uses.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from probes.memmodel.arch import MIB, Arch, clamp_ctx
+from probes.memmodel.llama_server import KV_PAD_CELLS, _pad, graph_bytes_for
 
 MIN_GPU_BYTES_CUDA = 457 * MIB   # CUDA and ROCm (per GPU)
 MIN_GPU_BYTES_METAL = 512 * MIB  # Apple unified memory
@@ -114,6 +119,27 @@ def graph_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, num_batch: int 
         partial = (H // Hkv) * kv_total // 6
         full = partial
     return int(full), int(partial)
+
+
+#: the architectures Ollama v0.11.4 runs on its own Go engine instead of
+#: llama.cpp (``OllamaEngineRequired`` in fs/ggml/ggml.go): that engine logs
+#: no KV line and sizes its graph its own way, so its buffers were not measured
+OLLAMA_ENGINE_ARCHS = ("gemma3", "gemma3n", "mistral3", "llama4", "mllama", "qwen25vl", "gptoss")
+
+
+def runner_compute_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, num_batch: int = 512,
+                         flash_attention: bool = False, kv_type: str = "f16") -> int:
+    """The compute buffer the legacy runner's llama.cpp logs ("CPU compute
+    buffer size"): the current engine's graph (:func:`llama_server_compute_bytes`)
+    over one cache of ``num_ctx x parallel`` cells, or, when larger, the
+    logits of a whole micro-batch (this llama.cpp reserves an output row for
+    every token). Checked against v0.11.4's lines for llama, qwen2, olmoe and
+    nemo shapes (bench/results/arch-0.11.4.jsonl: 0-4% over). Gemma 3 runs on
+    Ollama's own engine there, which logs no KV line; its figure is this one."""
+    cells = clamp_ctx(arch, num_ctx) * max(int(num_parallel), 1)
+    ub = min(int(num_batch), cells)
+    graph = graph_bytes_for(arch, _pad(cells, KV_PAD_CELLS), ub, flash_attention, kv_type)
+    return max(graph, 4 * ub * (arch.embedding_length + (arch.vocab_size or 0)))
 
 
 def output_layer_bytes(arch: Arch, weights_bytes: int) -> int:

@@ -1,12 +1,13 @@
 """``oomvet plan`` on the rig: no loads, and a prediction the loads then bear out.
 
-plan predicts what the server allocates (weights, KV cache, compute buffer).
-The context step measures host RSS of the model process, which holds those
-buffers and the process itself (code, libraries, thread stacks) on top; on
-the legacy runner a filling request also touches attention pages the
-estimate does not count. So the measured peak is at or above the prediction,
-and no further from it than bench/bench_predict.py's worst uncalibrated error
-(20.5 % over both engines at the context step's fill, bench/README.md).
+plan predicts the buffers the server allocates (weights, KV cache, compute
+buffer) and the peak of the model's process once a request fills the
+context: those buffers (of the compute buffer, the part a request touches),
+the CPU's f16 copy of the attention scores without flash attention, and the
+process itself. Here each tag is loaded at the planned context and filled to
+97 %: the measured peak is above the buffers, and within a few percent of the
+predicted peak (bench/bench_predict.py --fill 0.97 measured 1 % at worst,
+bench/README.md; the test allows 3 % for a busier machine).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from probes.ollama_api import Ollama
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 CTX = 4096
-BENCH_WORST = 0.205  # bench_predict, the "model" column's worst |error|, both engines
+TOLERANCE = 0.03    # bench_predict --fill 0.97: 1 % at worst on both engines
+FILL = 0.97
 
 
 def _plan(rig) -> dict:
@@ -49,9 +51,9 @@ def test_plan_loads_nothing_and_predicts_every_tags_measured_peak_within_the_ben
     env = ProbeEnv(api=api, reader=reader, device=reader.info(), control=rig.server)
     for tag, row in rows.items():
         assert row["num_ctx"] == CTX
-        measured = context.run(env, tag, tiers=[CTX], check_release=False).facts[0]  # the peak alone
+        measured = context.run(env, tag, tiers=[CTX], check_release=False, fill=FILL).facts[0]  # the peak alone
         assert measured["measured"], measured
         peak, predicted = measured["peak"], row["total"]
-        assert predicted <= peak, (tag, predicted, peak)  # RSS holds the buffers and more
-        assert (peak - predicted) / peak <= BENCH_WORST, (tag, predicted, peak)
+        assert row["buffers"] < peak, (tag, row["buffers"], peak)  # RSS holds the buffers and more
+        assert abs(predicted - peak) / peak <= TOLERANCE, (tag, predicted, peak)
     assert rows["neohorse-1:f16"]["total"] > rows["neohorse-1:q8_0"]["total"] > rows["neohorse-1:q4_1"]["total"]
