@@ -191,6 +191,10 @@ def _calibration(env: ProbeEnv, model: str, engine: str, kv_type: str, num_batch
     except (ProbeError, ValueError) as exc:
         result.notes.append(Note("ctx.no_prediction", model=model, error=str(exc)))
         return None
+    unknown = predict.no_prediction(shape, engine)
+    if unknown:  # never guessed: its compute buffer was not measured on this engine
+        result.notes.append(Note("ctx.no_prediction_arch", model=model, arch=unknown))
+        return None
     return Calibration(predict.predictor(shape, engine, kv_type, num_batch))
 
 

@@ -82,19 +82,21 @@ def predictor(shape: ModelShape, engine: str, kv_type: str = "f16",
 _OFF = ("0", "false", "off", "no")
 
 
-def flash_attention(engine: str, server_env: dict | None) -> bool | None:
+def flash_attention(engine: str, server_env: dict | None, on_gpu: bool = True) -> bool | None:
     """Whether the server runs with flash attention, from the settings read
     from it: the current engine passes ``--flash-attn auto`` unless
     ``OLLAMA_FLASH_ATTENTION`` turns it off (auto is on wherever llama.cpp
     supports it: the CPU and the GPUs Ollama builds for); the legacy runner
-    only when ``OLLAMA_FLASH_ATTENTION`` turns it on. None when the settings
-    were not read: unknown, not assumed."""
+    only when ``OLLAMA_FLASH_ATTENTION`` turns it on, and only on a GPU (on
+    the CPU v0.11.4 logs "flash attention enabled but not supported by gpu"
+    and runs without it). None when the settings were not read: unknown,
+    not assumed."""
     if server_env is None:
         return None
     raw = str(server_env.get("OLLAMA_FLASH_ATTENTION") or "").strip().lower()
     if engine == memmodel.ENGINE_LLAMA_SERVER:
         return raw not in _OFF
-    return raw in ("1", "true", "on", "yes")
+    return raw in ("1", "true", "on", "yes") and on_gpu
 
 
 #: the largest error measured per engine (bench/README.md has the rows): ``buffers``,

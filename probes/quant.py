@@ -34,7 +34,8 @@ GEN_OPTIONS = {"temperature": 0, "seed": 11, "num_predict": NUM_PREDICT}
 
 def _predictions(env: ProbeEnv, tags: list[str], num_ctx: int) -> dict[str, int]:
     """Uncalibrated peak of each tag at ``num_ctx`` (no entry when the server's
-    metadata cannot feed the memory model: that tag is then simply tried)."""
+    metadata cannot feed the memory model, or its architecture was never
+    measured on this engine: that tag is then simply tried)."""
     out = {}
     try:
         _, engine = predict.server_engine(env.api)
@@ -44,6 +45,8 @@ def _predictions(env: ProbeEnv, tags: list[str], num_ctx: int) -> dict[str, int]
         try:
             shape = predict.read_shape(env.api, tag, on_gpu=env.on_gpu)
         except (ProbeError, ValueError):
+            continue
+        if predict.no_prediction(shape, engine):  # an architecture never measured: tried, not guessed
             continue
         out[tag] = predict.predictor(shape, engine)(num_ctx, 1).peak
     return out

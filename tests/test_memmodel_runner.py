@@ -99,3 +99,11 @@ def test_the_largest_context_under_640_mib_is_the_one_measured_to_fit():
     # issue 31: the old model said 7936 for a 640 MiB limit; 6144 peaked at 633 MiB, 8192 at 735 MiB
     f16 = lambda c: m.footprint(m.ENGINE_RUNNER, SMOL, int(256.63 * MIB), c, 1, flash_attention=False).peak
     assert m.largest_fitting_ctx(f16, 640 * MIB, 256, 8192) == 6144
+
+
+def test_the_runner_runs_the_cpu_without_flash_attention_whatever_the_setting_says():
+    on = {"OLLAMA_FLASH_ATTENTION": "1"}
+    assert predict.flash_attention(m.ENGINE_RUNNER, on, on_gpu=True) is True
+    assert predict.flash_attention(m.ENGINE_RUNNER, on, on_gpu=False) is False
+    assert predict.flash_attention(m.ENGINE_LLAMA_SERVER, on, on_gpu=False) is True   # auto: the CPU has it
+    assert predict.flash_attention(m.ENGINE_RUNNER, None) is None                      # not read: unknown

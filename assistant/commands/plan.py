@@ -81,11 +81,11 @@ def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None =
          kv: str = "f16", fa: str = "server") -> dict:
     """The whole plan as one dict (what ``--json`` prints)."""
     version, engine = predict.server_engine(api)
-    flash = {"on": True, "off": False}.get(fa, predict.flash_attention(engine, server_env))
+    on_gpu = getattr(device, "vendor", None) in ("nvidia", "amd", "apple", "simulated")
+    flash = {"on": True, "off": False}.get(fa, predict.flash_attention(engine, server_env, on_gpu))
     fa_source = "given" if fa in ("on", "off") else ("server" if flash is not None else "unknown")
     if flash is None:
         flash = False   # not read: planned with the larger compute buffer
-    on_gpu = getattr(device, "vendor", None) in ("nvidia", "amd", "apple", "simulated")
     limit = fit_limit(vram)
     base = model.split(":", 1)[0]
     tags = [model] + [name for name in api.siblings(model)]
