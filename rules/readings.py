@@ -98,8 +98,13 @@ USER_AND_DEVICE = (
     Reading("probe_finished", 11, PROBE_DONE, state.awaiting != "none", record.finish_probe),
 )
 
+def _cut(sent):
+    """The evaluated prompt is clearly shorter than ``sent`` (thresholds.truncated, as a rule's test)."""
+    return fact.prompt_tokens < sent * (1 - thresholds.TRUNCATION_SLACK) - thresholds.TRUNCATION_SLACK_TOKENS
+
+
 #: the evaluated prompt is shorter than what was sent: the server cut it at num_ctx
-REPRO_CUT = fact.prompt_tokens < fact.sent_tokens * (1 - thresholds.TRUNCATION_SLACK)
+REPRO_CUT = _cut(fact.sent_tokens)
 
 #: the user's own setup, under the load their symptom names (method step 1)
 REPRODUCE = (
@@ -133,7 +138,7 @@ BASELINE = (
 )
 
 #: the evaluated prompt is shorter than what was sent: the server cut it at num_ctx
-TIER_CUT = fact.prompt_tokens < fact.sent_tokens * (1 - thresholds.TRUNCATION_SLACK)
+TIER_CUT = _cut(fact.sent_tokens)
 
 #: context tiers (method step 3)
 CONTEXT = (
@@ -191,7 +196,7 @@ BACKEND = (
 )
 
 #: the evaluated task is shorter than its own count: the server cut it at num_ctx
-TASK_CUT = fact.prompt_tokens < fact.task_tokens * (1 - thresholds.TRUNCATION_SLACK)
+TASK_CUT = _cut(fact.task_tokens)
 
 #: stability retests (method step 6)
 STABILITY = (

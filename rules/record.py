@@ -275,8 +275,7 @@ def retest_failure(st: dict, f: dict) -> tuple[str, str]:
     if not f.get("answered"):
         errors = "; ".join(f.get("errors") or [])[:200]
         return pair("rulebook.retest.run_failed_with", errors=errors) if errors else pair("rulebook.retest.run_failed")
-    if f.get("prompt_tokens") is not None and f.get("task_tokens") \
-            and f["prompt_tokens"] < f["task_tokens"] * (1 - thresholds.TRUNCATION_SLACK):
+    if f.get("prompt_tokens") is not None and thresholds.truncated(f["prompt_tokens"], f.get("task_tokens")):
         return pair("rulebook.retest.cut", read=f["prompt_tokens"], task=f["task_tokens"])
     share = f.get("repeat_share") or 0
     if share > thresholds.RETEST_MAX_REPEAT_SHARE:
@@ -315,8 +314,7 @@ def regressions(current: dict, previous: dict) -> list[tuple[str, str]]:
 
 def _task_cut(f: dict) -> bool:
     """The retest's task was cut at num_ctx (the same test as the retest_truncated rule)."""
-    evaluated, task = f.get("prompt_tokens"), f.get("task_tokens")
-    return bool(evaluated and task and evaluated < task * (1 - thresholds.TRUNCATION_SLACK))
+    return thresholds.truncated(f.get("prompt_tokens"), f.get("task_tokens"))
 
 
 def note_unmeasured(st: dict, f: dict) -> None:

@@ -25,8 +25,19 @@ SETTLE_DRIFT_BYTES_PER_MIN = 16 * MiB
 
 #: A prompt counts as truncated when the server evaluated fewer than
 #: ``1 - TRUNCATION_SLACK`` of the tokens sent (a tier's fill, the stability
-#: task): the slack absorbs the template tokens a count can differ by.
+#: task), less ``TRUNCATION_SLACK_TOKENS``: the slack absorbs the tokens a count
+#: can differ by. Those are a few tokens whatever the prompt's length: each
+#: prompt's nonce (8 hex digits) tokenizes to 3-6 tokens, and the fill's cost
+#: is estimated from two short prompts with nonces of their own. A 188-token
+#: tier read as cut with 2% alone (3.8 tokens); a real cut at num_ctx loses
+#: hundreds.
 TRUNCATION_SLACK = 0.02
+TRUNCATION_SLACK_TOKENS = 16
+
+
+def truncated(evaluated: int | None, sent: int | None) -> bool:
+    """The server evaluated clearly fewer tokens than were sent (the readings' *_CUT test)."""
+    return bool(evaluated and sent and evaluated < sent * (1 - TRUNCATION_SLACK) - TRUNCATION_SLACK_TOKENS)
 
 #: After a tier's request, usage counts as "back to baseline" when it is within
 #: this many bytes of the reading taken before the request ...

@@ -64,3 +64,20 @@ def test_a_numbered_middle_tier_is_said_in_chinese_with_its_number():
     from rules.rulebook import tier_word
     assert [tier_word(n, "zh") for n in ("short", "medium", "medium 2", "long")] == ["短", "中", "中 2", "长"]
     assert tier_word("medium 2", "en") == "medium 2" and tier_word("odd", "zh") == "odd"
+
+
+def _tier_read(evaluated: int, sent: int, num_ctx: int = 2048) -> str:
+    from rules.engine import read_measurements
+    fact = {"kind": "tier", "name": "short", "num_ctx": num_ctx, "model": "m", "prompt_tokens": evaluated,
+            "sent_tokens": sent, "peak": 300 << 20, "answered": True, "error": None, "measured": True}
+    (reading,) = read_measurements("context", [fact], limit=1 << 40)
+    return reading["rule"]
+
+
+def test_a_short_prompt_a_few_tokens_under_its_estimate_is_not_read_as_cut():
+    # a rig run: a 188-token tier came back 5 tokens short (each prompt's nonce tokenizes to 3-6
+    # tokens, and the cost was estimated from two prompts with nonces of their own)
+    assert not T.truncated(183, 188) and _tier_read(183, 188) == "tier_fits"
+    # a prompt the server cut at num_ctx loses far more than the slack
+    assert T.truncated(2048, 4869) and _tier_read(2048, 4869) == "tier_truncated"
+    assert T.truncated(1700, 1760) and not T.truncated(None, 1760)
