@@ -98,6 +98,7 @@ USER_AND_DEVICE = (
     Reading("probe_finished", 11, PROBE_DONE, state.awaiting != "none", record.finish_probe),
 )
 
+
 def _cut(sent):
     """The evaluated prompt is clearly shorter than ``sent`` (thresholds.truncated, as a rule's test)."""
     return fact.prompt_tokens < sent * (1 - thresholds.TRUNCATION_SLACK) - thresholds.TRUNCATION_SLACK_TOKENS

@@ -103,6 +103,7 @@ class _Loose(dict):
 
 #: the context tiers and the finish reasons Ollama gives, each with its Chinese word in the catalog
 TIERS = ("short", "medium", "long")
+DONE_REASONS = ("length", "stop", "load", "unload")
 
 
 def tier_word(name: str, lang: str) -> str:
@@ -113,7 +114,6 @@ def tier_word(name: str, lang: str) -> str:
         return str(name)
     word = t(f"rulebook.tier.{base}", lang)
     return f"{word} {number}" if number else word
-DONE_REASONS = ("length", "stop", "load", "unload")
 
 
 def register_readings(rows: Iterable[Reading]) -> None:

@@ -39,6 +39,7 @@ def truncated(evaluated: int | None, sent: int | None) -> bool:
     """The server evaluated clearly fewer tokens than were sent (the readings' *_CUT test)."""
     return bool(evaluated and sent and evaluated < sent * (1 - TRUNCATION_SLACK) - TRUNCATION_SLACK_TOKENS)
 
+
 #: After a tier's request, usage counts as "back to baseline" when it is within
 #: this many bytes of the reading taken before the request ...
 BACK_TO_BASELINE_TOLERANCE_BYTES = 64 * MiB

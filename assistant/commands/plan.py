@@ -112,7 +112,8 @@ def plan(api, model: str, device, server_env: dict, vram: int, ctx: int | None =
         rows.append({"model": tag, "level": shape.level, "predicted": True, "weights": f.weights,
                      "weights_source": shape.weights_source,
                      "kv_per_token": int(round(memmodel.kv_per_token(engine, shape.arch, kv))),
-                     "compute": f.compute, "num_ctx": f.num_ctx, "buffers": f.total, "total": f.peak, "max_ctx": max_ctx,
+                     "compute": f.compute, "num_ctx": f.num_ctx, "buffers": f.total, "total": f.peak,
+                     "max_ctx": max_ctx,
                      "trained_ctx": trained, "server_default_ctx": default, "default_total": default_total,
                      "default_fits": default_total <= limit})
     return {"model": model, "base": base, "engine": engine, "version": version, "vram": vram, "fit_limit": limit,

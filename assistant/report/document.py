@@ -29,7 +29,7 @@ from assistant.report.ledger import ledger_rows, others_note
 from assistant.report.format import Chart, Code, Heading, Items, Para, Quote, Table, render_html, render_markdown
 from probes.units import fmt_size
 from rules.facts import PROBES
-from rules.rulebook import DONE_REASONS, TIERS, tier_word
+from rules.rulebook import DONE_REASONS, tier_word
 
 __all__ = ["REPORT_HTML", "REPORT_MD", "LIMIT_OFF_CHART_RATIO", "chart_png", "chart_top", "report_blocks",
            "report_files", "write_report"]
@@ -268,7 +268,7 @@ def report_blocks(result: Mapping[str, Any], doc: Mapping[str, Any]) -> list:
 #: the words the facts and steps keep in English, each with its catalog key (``<kind>.<word>``)
 WORDS = {"probe.name": PROBES, "knob.name": KNOBS,
          "report.action": ("probe", "ask", "change", "pick"), "render.where": ("gpu", "partial", "cpu"),
-         "rulebook.tier": TIERS, "rulebook.done": DONE_REASONS, "report.role": ("user", "assistant")}
+         "rulebook.done": DONE_REASONS, "report.role": ("user", "assistant")}
 
 
 def _lang(result: Mapping[str, Any]) -> str:

@@ -17,8 +17,8 @@ everything from here (``from probes import memmodel``).
 from __future__ import annotations
 
 from probes.memmodel.arch import GIB, MIB, Arch, ModelInfoError, clamp_ctx
-from probes.memmodel.engines import (ENGINE_LLAMA_SERVER, ENGINE_RUNNER, LLAMA_SERVER_SINCE, PROCESS_BYTES, Footprint,
-                                     automatic_batch, engine_for_version, footprint, kv_per_token,
+from probes.memmodel.engines import (ENGINE_LLAMA_SERVER, ENGINE_RUNNER, LLAMA_SERVER_SINCE, PROCESS_BYTES,
+                                     Footprint, automatic_batch, engine_for_version, footprint, kv_per_token,
                                      largest_fitting_ctx, parse_version, server_default_ctx)
 from probes.memmodel.levels import (GGML_TYPE_SIZE, bits_per_weight, known_levels, level_from_tag, tensor_bytes,
                                     weights_for_level)
@@ -26,8 +26,9 @@ from probes.memmodel.llama_server import (COMPUTE_TERMS, KV_PAD_CELLS, LLAMA_SER
                                           llama_server_compute_bytes,
                                           llama_server_kv_bytes, llama_server_kv_per_token)
 from probes.memmodel.runner import (ESTIMATE_MIN_CTX, KV_ELEMENT_BYTES, MIN_GPU_BYTES_CUDA, MIN_GPU_BYTES_METAL,
-                                    OLLAMA_ENGINE_ARCHS, Placement, runner_compute_bytes, effective_kv_type, graph_bytes, kv_bytes_per_token, kv_cache_bytes,
-                                    output_layer_bytes, place)
+                                    OLLAMA_ENGINE_ARCHS, Placement, effective_kv_type, graph_bytes,
+                                    kv_bytes_per_token, kv_cache_bytes, output_layer_bytes, place,
+                                    runner_compute_bytes)
 
 __all__ = [
     "MIB", "GIB", "Arch", "ModelInfoError", "clamp_ctx",

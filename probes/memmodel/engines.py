@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from common.versions import parse_version
 from probes.memmodel.arch import GIB, MIB, Arch, clamp_ctx
-from probes.memmodel.llama_server import (KV_PAD_CELLS, _pad, graph_bytes_for, llama_server_compute_bytes,
-                                          llama_server_kv_bytes, llama_server_kv_per_token)
+from probes.memmodel.llama_server import (KV_PAD_CELLS, graph_bytes_for, llama_server_compute_bytes,
+                                          llama_server_kv_bytes, llama_server_kv_per_token, pad_cells)
 from probes.memmodel.runner import effective_kv_type, kv_bytes_per_token, kv_cache_bytes, runner_compute_bytes
 
 ENGINE_RUNNER = "runner"            # the in-process runner of v0.11.x and before
@@ -132,12 +132,12 @@ def footprint(engine: str, arch: Arch, weights_bytes: int, num_ctx: int, num_par
     if engine == ENGINE_LLAMA_SERVER:
         kv = llama_server_kv_bytes(arch, ctx, parallel, kv_type, batch)
         compute = llama_server_compute_bytes(arch, ctx, batch, parallel, flash_attention, kv_type)
-        cells = _pad(ctx, KV_PAD_CELLS)   # one slot's stream: what its attention spans
+        cells = pad_cells(ctx, KV_PAD_CELLS)   # one slot's stream: what its attention spans
         touched = None
     else:
         kv_type = effective_kv_type(kv_type, flash_attention, arch.supports_flash_attention)
         kv = kv_cache_bytes(arch, ctx, parallel, kv_type, batch)
-        cells = _pad(ctx * parallel, KV_PAD_CELLS)   # one cache for all slots
+        cells = pad_cells(ctx * parallel, KV_PAD_CELLS)   # one cache for all slots
         compute = runner_compute_bytes(arch, ctx, parallel, batch, flash_attention, kv_type)
         # its reserve counts the logits of every token of a micro-batch; a request asks for one
         touched = graph_bytes_for(arch, cells, min(batch, cells), flash_attention, kv_type)

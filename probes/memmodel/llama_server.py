@@ -17,7 +17,8 @@ LLAMA_SERVER_KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "
                          "q4_1": 20 / 32, "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
 
 
-def _pad(n: int, to: int) -> int:
+def pad_cells(n: int, to: int) -> int:
+    """``n`` rounded up to a multiple of ``to`` (llama.cpp pads KV streams to 256 cells)."""
     return -(-int(n) // to) * to
 
 
@@ -31,8 +32,8 @@ def llama_server_kv_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, kv_ty
     except KeyError:
         raise ValueError(f"unknown KV cache type {kv_type!r} (known: {', '.join(LLAMA_SERVER_KV_BYTES)})") from None
     parallel = max(int(num_parallel), 1)
-    cells = _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
-    swa_cells = min(cells, _pad((arch.sliding_window or 0) + num_batch, KV_PAD_CELLS))
+    cells = pad_cells(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
+    swa_cells = min(cells, pad_cells((arch.sliding_window or 0) + num_batch, KV_PAD_CELLS))
     per_cell = (arch.head_dim_k + arch.head_dim_v) * arch.head_count_kv * per_value
     total = 0.0
     for i in range(arch.block_count):
@@ -88,7 +89,7 @@ def llama_server_compute_bytes(arch: Arch, num_ctx: int, num_batch: int, num_par
     (bench/llama_buffers.py; the table is in bench/README.md). The number of
     slots changes nothing: the batch is split between them, not repeated.
     """
-    cells = _pad(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
+    cells = pad_cells(clamp_ctx(arch, num_ctx), KV_PAD_CELLS)
     ub = min(int(num_batch), cells * max(int(num_parallel), 1))
     return graph_bytes_for(arch, cells, ub, flash_attention, kv_type)
 

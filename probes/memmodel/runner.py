@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from probes.memmodel.arch import MIB, Arch, clamp_ctx
-from probes.memmodel.llama_server import KV_PAD_CELLS, _pad, graph_bytes_for
+from probes.memmodel.llama_server import KV_PAD_CELLS, graph_bytes_for, pad_cells
 
 MIN_GPU_BYTES_CUDA = 457 * MIB   # CUDA and ROCm (per GPU)
 MIN_GPU_BYTES_METAL = 512 * MIB  # Apple unified memory
@@ -134,11 +134,12 @@ def runner_compute_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, num_ba
     over one cache of ``num_ctx x parallel`` cells, or, when larger, the
     logits of a whole micro-batch (this llama.cpp reserves an output row for
     every token). Checked against v0.11.4's lines for llama, qwen2, olmoe and
-    nemo shapes (bench/results/arch-0.11.4.jsonl: 0-4% over). Gemma 3 runs on
-    Ollama's own engine there, which logs no KV line; its figure is this one."""
+    nemo shapes (bench/results/arch-0.11.4.jsonl: 8-12 MiB over, never
+    under). Not for :data:`OLLAMA_ENGINE_ARCHS`, which v0.11.4 runs on its
+    own engine."""
     cells = clamp_ctx(arch, num_ctx) * max(int(num_parallel), 1)
     ub = min(int(num_batch), cells)
-    graph = graph_bytes_for(arch, _pad(cells, KV_PAD_CELLS), ub, flash_attention, kv_type)
+    graph = graph_bytes_for(arch, pad_cells(cells, KV_PAD_CELLS), ub, flash_attention, kv_type)
     return max(graph, 4 * ub * (arch.embedding_length + (arch.vocab_size or 0)))
 
 

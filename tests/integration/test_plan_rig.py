@@ -5,9 +5,11 @@ buffer) and the peak of the model's process once a request fills the
 context: those buffers (of the compute buffer, the part a request touches),
 the CPU's f16 copy of the attention scores without flash attention, and the
 process itself. Here each tag is loaded at the planned context and filled to
-97 %: the measured peak is above the buffers, and within a few percent of the
-predicted peak (bench/bench_predict.py --fill 0.97 measured 1 % at worst,
-bench/README.md; the test allows 3 % for a busier machine).
+97 %: the measured peak is above the buffers, and within the error the plan
+states for the engine (bench/bench_predict.py --fill 0.97: 1.6 % on v0.34.4,
+2.5 % on v0.11.4, bench/README.md) plus 1.5 % for a busier machine. Both
+engines: the legacy runner's model differs (its own buffers, no flash
+attention, the score copy).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from probes.ollama_api import Ollama
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 CTX = 4096
-TOLERANCE = 0.03    # bench_predict --fill 0.97: 1 % at worst on both engines
+JITTER = 0.015      # beyond the stated error: host RSS moves by a few MiB run to run
 FILL = 0.97
 
 
@@ -55,5 +57,5 @@ def test_plan_loads_nothing_and_predicts_every_tags_measured_peak_within_the_ben
         assert measured["measured"], measured
         peak, predicted = measured["peak"], row["total"]
         assert row["buffers"] < peak, (tag, row["buffers"], peak)  # RSS holds the buffers and more
-        assert abs(predicted - peak) / peak <= TOLERANCE, (tag, predicted, peak)
+        assert abs(predicted - peak) / peak <= result["expected_error"]["peak"] + JITTER, (tag, predicted, peak)
     assert rows["neohorse-1:f16"]["total"] > rows["neohorse-1:q8_0"]["total"] > rows["neohorse-1:q4_1"]["total"]
