@@ -1,14 +1,18 @@
 """``oomvet devices``: which memory sources work here, which one oomvet
-trusts and why, the device, a reading now, the limit that applies, and
+trusts and why, the device, a reading now, each device read apart (every
+visible GPU or MIG instance, or the host), the limit that applies, and
 Ollama's own estimate beside it.
 
 The report is built once as a plain dict (what ``--json`` prints) and the
-terminal view is a pure function of it, so both say the same thing.
+terminal view is a pure function of it, so both say the same thing; the
+terminal view is drawn at the terminal's width (80 to 100 columns) and wraps
+long names rather than cutting them.
 """
 from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
 
 from rich.console import Console
@@ -19,7 +23,7 @@ from common.errors import ExitCode, ProbeError, ServerUnreachable
 
 from probes.budget import resolve_limit
 from assistant.session.world import WorldOptions, add_world_args, host_from, open_world
-from probes.memory import SOURCE_ORDER, fetch_ps, ollama_estimate, select_reader
+from probes.memory import SOURCE_ORDER, devices_of, fetch_ps, ollama_estimate, select_reader
 from probes.memory.ollama_ps import LABEL
 from probes.units import fmt_size
 
@@ -51,7 +55,7 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")
     else:
-        sys.stdout.write(render(report, get_lang()))
+        sys.stdout.write(render(report, get_lang(), width=_width()))
     return ExitCode.OK
 
 
@@ -85,6 +89,8 @@ def build_report(selection, *, budget=None, limit=None, ps_models=None, ollama_h
     report["device"] = info.to_dict()
     report["reading"] = reading.to_dict()
     report["processes"] = [p.to_dict() for p in reader.processes()]
+    report["per_device"] = callable(getattr(reader, "devices", None))
+    report["devices"] = [d.to_dict() for d in devices_of(reader)]
     try:
         limit = limit if limit is not None else resolve_limit(budget, info, reading)
         report["limit"] = limit.to_dict()
@@ -129,6 +135,7 @@ def render(report: dict, lang: str | None = None, width: int = 100) -> str:
     key = "cmd_devices.reading_host" if name == "host" else "cmd_devices.reading"
     console.print(t(key, lang, used=fmt_size(r["used_bytes"]), free=fmt_size(r["free_bytes"]),
                     total=fmt_size(r["total_bytes"])))
+    _render_devices(console, report, lang)
     if report["processes"]:
         console.print(t("cmd_devices.processes", lang))
         for p in report["processes"]:
@@ -164,6 +171,33 @@ def render(report: dict, lang: str | None = None, width: int = 100) -> str:
                             placement=t(f"cmd_devices.placement.{m['placement']}", lang),
                             ctx=m["context_length"] if m["context_length"] is not None else "n/a"))
     return buf.getvalue()
+
+
+def _render_devices(console: Console, report: dict, lang: str) -> None:
+    """One row per device; sizes never wrap, a long name folds onto a second line."""
+    source = report["selected"]
+    if not report.get("devices"):
+        key = "devices_per_gpu.none_visible" if report.get("per_device") else "devices_per_gpu.none"
+        console.print(t(key, lang, source=source))
+        return
+    table = Table(title=t("devices_per_gpu.title", lang, source=source), title_justify="left")
+    table.add_column(t("devices_per_gpu.col_index", lang), no_wrap=True)
+    table.add_column(t("devices_per_gpu.col_name", lang), overflow="fold")
+    for col in ("devices_per_gpu.col_total", "devices_per_gpu.col_used", "devices_per_gpu.col_free"):
+        table.add_column(t(col, lang), justify="right", no_wrap=True)
+    for d in report["devices"]:
+        table.add_row(d["label"], d["name"], fmt_size(d["total_bytes"]), fmt_size(d["used_bytes"]),
+                      fmt_size(d["free_bytes"]))
+    console.print(table)
+    mig = next((d for d in report["devices"] if d["mig_parent"] is not None), None)
+    if mig is not None:
+        console.print(t("devices_per_gpu.mig_note", lang, label=mig["label"], index=mig["index"],
+                        parent=mig["mig_parent"]))
+
+
+def _width() -> int:
+    """The terminal's columns, held to 80..100 (a pipe reads as 100, as before)."""
+    return max(80, min(shutil.get_terminal_size((100, 24)).columns, 100))
 
 
 __all__ = ["add_parser", "run", "build_report", "render"]

@@ -3,7 +3,9 @@
 Each source (NVML, nvidia-smi, rocm-smi, host memory, Ollama's ``/api/ps``)
 is a :class:`MemoryReader` that says whether it works here and why, describes
 the device, and returns device-level :class:`Reading` s and per-process
-:class:`ProcessUsage`. Readers never raise for a value the device will not
+:class:`ProcessUsage`. The GPU readers and the host one also read each device
+apart (``devices()`` -> :class:`DeviceReading`, a MIG instance being a device
+of its own) while ``info()`` / ``read()`` stay the summed view. Readers never raise for a value the device will not
 give: that value is ``None`` (shown as "n/a"). Sizes are bytes, times are
 ``time.monotonic()`` seconds. The command runner for the ``*-smi`` tools also
 lives here so tests can feed them recorded output.
@@ -49,6 +51,38 @@ class Reading:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One device read on its own: a GPU, a MIG instance, or the host.
+
+    ``index`` is the tool's own number (``nvidia-smi -i N``, rocm-smi's
+    ``cardN``); for a MIG instance it is the instance's index on its parent
+    GPU, whose index is ``mig_parent``. NVML's order need not be CUDA's."""
+
+    index: int
+    name: str
+    total_bytes: int | None     # None: the driver will not say
+    used_bytes: int | None
+    free_bytes: int | None
+    uuid: str | None = None     # GPU-..., MIG-...; None when the source does not give it
+    mig_parent: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``"1"`` for GPU 1, ``"0:2"`` for MIG instance 2 on GPU 0."""
+        return str(self.index) if self.mig_parent is None else f"{self.mig_parent}:{self.index}"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "label": self.label}
+
+
+def devices_of(reader) -> list[DeviceReading]:
+    """The reader's devices one by one; ``[]`` for a source that cannot tell
+    them apart (Ollama's ``/api/ps``)."""
+    devices = getattr(reader, "devices", None)
+    return list(devices()) if callable(devices) else []
 
 
 @dataclass(frozen=True)

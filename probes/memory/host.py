@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Sequence
 
 import psutil
 
-from probes.memory.base import DeviceInfo, ProcessUsage, Reading
+from probes.memory.base import DeviceInfo, DeviceReading, ProcessUsage, Reading
 from probes.units import fmt_size
 
 Matcher = Callable[[Sequence[str]], bool]
@@ -185,6 +185,12 @@ class HostReader:
         used = sum(u for _, u in self._rss(self._current()))
         vm = psutil.virtual_memory()
         return Reading(self._clock(), used, vm.total, vm.available)
+
+    def devices(self) -> list[DeviceReading]:
+        """The host as the one device: used = total - available (everything
+        the system holds, not only the runners, as a GPU's used is)."""
+        vm = psutil.virtual_memory()
+        return [DeviceReading(0, self.info().name, vm.total, vm.total - vm.available, vm.available)]
 
     def processes(self) -> list[ProcessUsage]:
         return [ProcessUsage(p.pid, _name(p), rss) for p, rss in self._rss(self._current())]

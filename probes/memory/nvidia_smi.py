@@ -6,22 +6,31 @@ The CSV parsers are pure functions over the tool's text so they are tested on
 real output. A field shown as ``[N/A]`` or ``[Not Supported]`` reads as
 ``None``. The tool takes tens of milliseconds per call, so a sampler on this
 source gets fewer readings a second than it asks for; it reports what it got.
+``devices()`` reads each GPU apart, only those ``CUDA_VISIBLE_DEVICES``
+leaves visible (:mod:`probes.memory.visible`); ``--query-gpu`` has no rows
+for MIG instances, so a GPU in MIG mode is one device here (whole-card
+numbers) and a ``MIG-...`` entry names nothing: NVML reads the instances.
 Shell equivalents::
 
     nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+    nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,memory.free --format=csv
     nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 
-from probes.memory.base import (CommandRunner, DeviceInfo, ProcessUsage, Reading,
+from probes.memory.base import (CommandRunner, DeviceInfo, DeviceReading, ProcessUsage, Reading,
                                 run_command, tool_failure)
 from probes.memory.nvml import _join_names
+from probes.memory.visible import Candidate, Env, nvidia_visible
 
 GPU_QUERY = ("nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv")
 INFO_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv")
+DEVICES_QUERY = ("nvidia-smi", "--query-gpu=index,uuid,name,memory.total,memory.used,memory.free",
+                 "--format=csv")
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv")
 
 _UNIT_BYTES = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
@@ -91,9 +100,11 @@ def parse_apps_csv(text: str) -> list[ProcessUsage]:
 class NvidiaSmiReader:
     name = "nvidia-smi"
 
-    def __init__(self, runner: CommandRunner | None = None, *, index: int | None = None):
+    def __init__(self, runner: CommandRunner | None = None, *, index: int | None = None,
+                 env: Env | None = None):
         self._run = runner or run_command
         self._index = index
+        self._env = os.environ if env is None else env
 
     def _rows(self, argv) -> list[dict]:
         argv = list(argv)
@@ -138,6 +149,21 @@ class NvidiaSmiReader:
         free = total - used if used is not None and total is not None else None
         return Reading(t, used, total, free)
 
+    def devices(self) -> list[DeviceReading]:
+        """Each visible GPU read apart; ``memory.free`` as the tool gives it
+        (used + free can fall short of total: the driver reserves some)."""
+        try:
+            rows = self._rows(DEVICES_QUERY)
+        except Exception:  # noqa: BLE001 - a failed call is a reading nobody could take
+            return []
+        candidates = []
+        for pos, row in enumerate(rows):
+            index = str(row.get("index") or "")
+            uuid = row.get("uuid")
+            candidates.append(Candidate(int(index) if index.isdigit() else pos,
+                                        str(uuid) if uuid else None, row))
+        return [_device(c.index, c.uuid, c.item) for c in nvidia_visible(candidates, self._env)]
+
     def processes(self) -> list[ProcessUsage]:
         try:
             return parse_apps_csv(self._run(list(APPS_QUERY)))
@@ -153,6 +179,15 @@ def _sum(values) -> int | None:
     if not values or any(not isinstance(v, int) for v in values):
         return None
     return sum(values)
+
+
+def _device(index: int, uuid: str | None, row: dict) -> DeviceReading:
+    total, used, free = (row.get(k) for k in ("memory.total", "memory.used", "memory.free"))
+    total, used, free = (v if isinstance(v, int) else None for v in (total, used, free))
+    if free is None and total is not None and used is not None:
+        free = total - used
+    return DeviceReading(index=index, name=str(row.get("name") or "NVIDIA GPU (name n/a)"),
+                         total_bytes=total, used_bytes=used, free_bytes=free, uuid=uuid)
 
 
 def _names(rows: list[dict]) -> str:

@@ -6,9 +6,14 @@ pynvml-compatible object can stand in for the library (the queue-driven fake
 in the tests, the GPU simulator). A field the driver will not give (``Not
 Supported``, ``GPU is lost`` ...) reads as ``None``, never as a crash. By
 default all GPUs are summed, as Ollama spreads a model over every GPU it sees;
-``index`` picks one. Shell equivalent::
+``index`` picks one. ``devices()`` reads each GPU apart, only those
+``CUDA_VISIBLE_DEVICES`` leaves visible (see :mod:`probes.memory.visible`),
+and a GPU in MIG mode as its MIG instances (``nvmlDeviceGetMigMode`` current
+mode 1; an empty instance slot answers Not Found and is skipped). A stand-in
+without the MIG calls reads as a card without MIG. Shell equivalents::
 
     nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+    nvidia-smi -L          # GPUs and MIG instances with their UUIDs
 """
 from __future__ import annotations
 
@@ -20,11 +25,13 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from probes.memory.base import DeviceInfo, ProcessUsage, Reading
+from probes.memory.base import DeviceInfo, DeviceReading, ProcessUsage, Reading
+from probes.memory.visible import Candidate, Env, nvidia_visible
 
 # NVML return codes that mean "no usable NVML here" (nvml.h)
 _LIBRARY_NOT_FOUND = 12
 _FUNCTION_NOT_FOUND = 13
+_MIG_ENABLED = 1        # NVML_DEVICE_MIG_ENABLE
 
 _IMPORT_LOCK = threading.Lock()
 
@@ -42,13 +49,15 @@ class NvmlReader:
 
     def __init__(self, lib: Any = None, *, index: int | None = None,
                  import_lib: Callable[[], Any] = import_pynvml,
-                 pid_name: Callable[[int], str] | None = None):
+                 pid_name: Callable[[int], str] | None = None, env: Env | None = None):
         self._lib = lib
+        self._env = os.environ if env is None else env
         self._import_lib = import_lib
         self._index = index
         self._pid_name = pid_name or _pid_name
         self._lock = threading.Lock()
         self._handles: list | None = None
+        self._indices: list[int] = []
         self._failure: str | None = None
         self._initialized = False
 
@@ -75,7 +84,7 @@ class NvmlReader:
             atexit.register(self.close)
             try:
                 count = lib.nvmlDeviceGetCount()
-                indices = range(count) if self._index is None else [self._index]
+                indices = list(range(count)) if self._index is None else [self._index]
                 handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in indices]
             except Exception as exc:  # noqa: BLE001
                 self._failure = self._describe(exc)
@@ -85,7 +94,7 @@ class NvmlReader:
                 self._failure = "NVML: no NVIDIA GPU found"
                 self._shutdown_locked()
                 raise _UnusableError(self._failure)
-            self._handles = handles
+            self._handles, self._indices = handles, indices
             return handles
 
     def _describe(self, exc: BaseException) -> str:
@@ -170,6 +179,57 @@ class NvmlReader:
                     used[pid] = None if mem is None else int(mem)
         return [ProcessUsage(pid, self._name_of(pid), mem) for pid, mem in sorted(used.items())]
 
+    def devices(self) -> list[DeviceReading]:
+        """Each visible GPU, or each MIG instance of one in MIG mode, read apart."""
+        try:
+            handles = self._ensure()
+        except _UnusableError:
+            return []
+        candidates, instances = [], {}
+        for index, h in zip(self._indices, handles):
+            uuid = self._uuid(h)
+            candidates.append(Candidate(index, uuid, (index, h, None, uuid)))
+            migs = self._mig_handles(h)
+            if migs is not None:
+                instances[index] = [(k, mh, index, self._uuid(mh)) for k, mh in migs]
+                candidates += [Candidate(None, unit[3], unit) for unit in instances[index]]
+        units: dict[tuple, tuple] = {}  # a MIG instance named twice (GPU-... and MIG-...) counts once
+        for c in nvidia_visible(candidates, self._env):
+            index, _, parent, _ = c.item
+            for unit in instances.get(index, [c.item]) if parent is None else [c.item]:
+                units.setdefault((unit[2], unit[0]), unit)
+        return [self._device(*unit) for unit in units.values()]
+
+    def _mig_handles(self, handle) -> list | None:
+        """The MIG instances of a GPU in MIG mode as (index, handle); None when
+        MIG is off or not supported (``nvmlDeviceGetMigMode`` says Not Supported)."""
+        mode = self._optional("nvmlDeviceGetMigMode", handle)
+        if not mode or mode[0] != _MIG_ENABLED:
+            return None
+        found = []
+        for k in range(self._optional("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+            mig = self._optional("nvmlDeviceGetMigDeviceHandleByIndex", handle, k)
+            if mig is not None:  # Not Found: no instance in this slot
+                found.append((k, mig))
+        return found
+
+    def _device(self, index: int, handle, parent: int | None, uuid: str | None) -> DeviceReading:
+        name = self._field(self._lib.nvmlDeviceGetName, handle)
+        mem = self._field(self._lib.nvmlDeviceGetMemoryInfo, handle)
+        return DeviceReading(
+            index=index, name=_text(name) if name is not None else "NVIDIA GPU (name n/a)",
+            total_bytes=_int(getattr(mem, "total", None)), used_bytes=_int(getattr(mem, "used", None)),
+            free_bytes=_int(getattr(mem, "free", None)), uuid=uuid, mig_parent=parent)
+
+    def _uuid(self, handle) -> str | None:
+        uuid = self._optional("nvmlDeviceGetUUID", handle)
+        return _text(uuid) if uuid else None
+
+    def _optional(self, call: str, *args):
+        """A query a pynvml stand-in may lack (the simulator has no MIG): absent reads as n/a."""
+        fn = getattr(self._lib, call, None)
+        return None if fn is None else self._field(fn, *args)
+
     def _name_of(self, pid: int) -> str:
         """The driver's own name for the process (a path: it sees processes of
         other containers too), else what this machine's process table says."""
@@ -196,6 +256,10 @@ def _sum(values: list) -> int | None:
     if not values or any(v is None for v in values):
         return None
     return int(sum(values))
+
+
+def _int(value) -> int | None:
+    return None if value is None else int(value)
 
 
 def _text(value) -> str:

@@ -4,24 +4,33 @@ Parsers are pure functions over the tool's text (tested on real samples).
 rocm-smi sometimes prints a warning line before the JSON, writes numbers as
 strings, and marks missing values "N/A" or "unknown"; all of that reads as
 None rather than an error. All cards are summed, as Ollama spreads a model
-over every GPU it sees. Shell equivalents::
+over every GPU it sees; ``devices()`` reads each card apart, only those
+``ROCR_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` leave visible
+(:mod:`probes.memory.visible`). A card's UUID is ``GPU-`` and its unique id
+in 16 hex digits, as rocminfo prints it; rocm-smi's ``cardN`` numbers are
+taken as the runtime's indices, which they are unless a card is hidden from
+one of them. Shell equivalents::
 
     rocm-smi --showmeminfo vram --json
     rocm-smi --showproductname --json
+    rocm-smi --showuniqueid --json
     rocm-smi --showpids --json
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
-from probes.memory.base import (CommandRunner, DeviceInfo, ProcessUsage, Reading,
+from probes.memory.base import (CommandRunner, DeviceInfo, DeviceReading, ProcessUsage, Reading,
                                 run_command, tool_failure)
 from probes.memory.nvml import _join_names
+from probes.memory.visible import Candidate, Env, amd_visible
 
 MEM_QUERY = ("rocm-smi", "--showmeminfo", "vram", "--json")
 NAME_QUERY = ("rocm-smi", "--showproductname", "--json")
+UNIQUEID_QUERY = ("rocm-smi", "--showuniqueid", "--json")
 PIDS_QUERY = ("rocm-smi", "--showpids", "--json")
 
 _TOTAL_KEY = "vram total memory (b)"
@@ -81,6 +90,18 @@ def parse_productname(text: str) -> dict[int, str]:
     return names
 
 
+def parse_uniqueid(text: str) -> dict[int, str]:
+    """``--showuniqueid --json`` -> {card: "GPU-18f68e602b8a790f"}; a card
+    without one ("N/A") is left out."""
+    uuids = {}
+    for n, f in _cards(load_json(text)):
+        raw = str(f.get("unique id") or "").strip().lower()
+        raw = raw[2:] if raw.startswith("0x") else raw
+        if raw and all(ch in "0123456789abcdef" for ch in raw):
+            uuids[n] = "GPU-" + raw.zfill(16)
+    return uuids
+
+
 def parse_pids(text: str) -> list[ProcessUsage]:
     """``--showpids --json`` -> processes. rocm-smi writes each as
     ``"PID1234": "name, gpus, vram bytes, sdma, cu occupancy"`` under
@@ -102,8 +123,9 @@ def parse_pids(text: str) -> list[ProcessUsage]:
 class RocmSmiReader:
     name = "rocm-smi"
 
-    def __init__(self, runner: CommandRunner | None = None):
+    def __init__(self, runner: CommandRunner | None = None, *, env: Env | None = None):
         self._run = runner or run_command
+        self._env = os.environ if env is None else env
 
     def probe(self) -> tuple[bool, str]:
         try:
@@ -147,6 +169,29 @@ class RocmSmiReader:
         total_b = sum(total) if total and None not in total else None
         free_b = total_b - used_b if used_b is not None and total_b is not None else None
         return Reading(t, used_b, total_b, free_b)
+
+    def devices(self) -> list[DeviceReading]:
+        """Each visible card read apart; free = total - used."""
+        try:
+            cards = parse_meminfo(self._run(list(MEM_QUERY)))
+        except Exception:  # noqa: BLE001 - a failed call is a reading nobody could take
+            return []
+        names = self._optional(parse_productname, NAME_QUERY)
+        uuids = self._optional(parse_uniqueid, UNIQUEID_QUERY)
+        candidates = [Candidate(c["card"], uuids.get(c["card"]), c) for c in cards]
+        out = []
+        for c in amd_visible(candidates, self._env):
+            total, used = c.item["total"], c.item["used"]
+            out.append(DeviceReading(
+                index=c.index, name=names.get(c.index, "AMD GPU"), total_bytes=total, used_bytes=used,
+                free_bytes=total - used if total is not None and used is not None else None, uuid=c.uuid))
+        return out
+
+    def _optional(self, parse, query) -> dict:
+        try:
+            return parse(self._run(list(query)))
+        except Exception:  # noqa: BLE001 - names and UUIDs are nice to have
+            return {}
 
     def processes(self) -> list[ProcessUsage]:
         try:

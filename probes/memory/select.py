@@ -9,7 +9,7 @@ so ``oomvet devices`` can say why the others were not used. Ollama's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from common.errors import ProbeError
 from probes.memory.base import CommandRunner, MemoryReader
@@ -46,21 +46,23 @@ class Selection:
         }
 
 
-def _readers(server_pid, nvml_lib, smi_runner) -> dict[str, Any]:
+def _readers(server_pid, nvml_lib, smi_runner, env) -> dict[str, Any]:
     return {
-        "nvml": NvmlReader(lib=nvml_lib),
-        "nvidia-smi": NvidiaSmiReader(runner=smi_runner),
-        "rocm-smi": RocmSmiReader(runner=smi_runner),
+        "nvml": NvmlReader(lib=nvml_lib, env=env),
+        "nvidia-smi": NvidiaSmiReader(runner=smi_runner, env=env),
+        "rocm-smi": RocmSmiReader(runner=smi_runner, env=env),
         "host": HostReader(server_pid=server_pid),
     }
 
 
 def select_reader(force: str | None = None, *, server_pid: int | None = None,
-                  nvml_lib: Any = None, smi_runner: CommandRunner | None = None) -> Selection:
+                  nvml_lib: Any = None, smi_runner: CommandRunner | None = None,
+                  env: Mapping[str, str] | None = None) -> Selection:
     """Probe every source; return the first usable one (or the forced one).
 
     ``nvml_lib`` replaces the pynvml module (test fake, GPU simulator);
-    ``smi_runner(argv) -> stdout`` replaces running nvidia-smi / rocm-smi.
+    ``smi_runner(argv) -> stdout`` replaces running nvidia-smi / rocm-smi;
+    ``env`` replaces ``os.environ`` for the ``*_VISIBLE_DEVICES`` variables.
     A forced source that is unknown or unusable raises ProbeError (exit 2).
     """
     if force is not None:
@@ -71,7 +73,7 @@ def select_reader(force: str | None = None, *, server_pid: int | None = None,
                 "measurement and never in its place; choose " + ", ".join(SOURCE_ORDER))
         if force not in SOURCE_ORDER:
             raise ProbeError(f"unknown memory source {force!r}; choose " + ", ".join(SOURCE_ORDER))
-    readers = _readers(server_pid, nvml_lib, smi_runner)
+    readers = _readers(server_pid, nvml_lib, smi_runner, env)
     statuses = []
     for name in SOURCE_ORDER:
         usable, reason = readers[name].probe()
