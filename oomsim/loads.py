@@ -1,10 +1,12 @@
 """Scheduling and loading on the simulated server, for both engines.
 
-Loads are placed with :func:`probes.memmodel.place` exactly as the probes
-predict them; ``/api/ps`` shows that estimate. The legacy runner (v0.11.4)
-evicts idle models to make room and fails a forced ``num_gpu`` that cannot
-be allocated with the runner's CUDA out-of-memory text; the current engine
-(llama-server) fits layers so that ``fit_target`` stays free and retries a
+On one card, loads are placed with :func:`probes.memmodel.place` exactly as
+the probes predict them; ``/api/ps`` shows that estimate (several cards:
+:mod:`oomsim.spread_loads`). The legacy runner (v0.11.4) evicts idle models
+one at a time to make room (:mod:`oomsim.evict`) and fails a forced
+``num_gpu`` that cannot be allocated with the runner's CUDA out-of-memory
+text; the current engine (llama-server) evicts when its prediction is above
+80% of free, fits layers so that ``fit_target`` stays free and retries a
 failed automatic-context load once at a smaller context.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Mapping
 
 from probes import memmodel
@@ -57,15 +60,19 @@ class Loads:
             if current is not None and same_ctx and (current.asked_batch or current.num_batch) == num_batch \
                     and (num_gpu < 0 or current.num_gpu == num_gpu) and current.num_parallel == settings.num_parallel:
                 current.expires_at = None if keep_s is None else now + max(keep_s, 0.0)
+                current.keep_s = keep_s
                 current.refs += int(hold)
                 return current, 0
             if current is not None:
                 self._drop(key, "options changed, reloading")
+            self._enforce_max_loaded(settings, key)
+            if model.embedding:
+                settings = replace(settings, num_parallel=1)  # embedding models always load with one slot
             if self.current:
                 runner = self._load_current(model, settings, num_ctx, num_batch, num_gpu, now, auto)
             else:
                 runner = self._load(model, settings, num_ctx, num_batch, num_gpu, now)
-            runner.asked_batch = num_batch
+            runner.asked_batch, runner.keep_s = num_batch, keep_s
             runner.expires_at = None if keep_s is None else now + max(keep_s, 0.0)
             runner.refs += int(hold)
             self.runners[key] = runner
@@ -88,11 +95,9 @@ class Loads:
               now: float) -> Runner:
         dev, arch, key = self.scenario.device, model.arch, model.tag.lower()
         self._warn_clamped(arch, num_ctx, s.num_parallel)
-        kv_type = memmodel.effective_kv_type(s.kv_cache_type if s.kv_cache_type in memmodel.KV_ELEMENT_BYTES
-                                             else "f16", s.flash_attention, arch.supports_flash_attention)
-        if s.kv_cache_type not in ("f16", "") and kv_type == "f16":
-            self._log(f'level=WARN msg="quantized kv cache requested but flash attention disabled" '
-                      f'type={s.kv_cache_type}')
+        kv_type = self._legacy_kv_type(arch, s)
+        if len(self.devices) > 1:
+            return self._load_spread(model, s, num_ctx, num_batch, num_gpu, kv_type, now)
         min_gpu = memmodel.MIN_GPU_BYTES_METAL if dev.unified else memmodel.MIN_GPU_BYTES_CUDA
 
         def placement(free: int, layers: int = num_gpu, floor: int = memmodel.ESTIMATE_MIN_CTX) -> memmodel.Placement:
@@ -103,13 +108,13 @@ class Loads:
         free = self._gpu_free_for_load(now, exclude=key)
         p = placement(free)
         if not p.full_gpu and num_gpu < 0:
-            # like the scheduler, make room by unloading idle models, then try again
-            idle = [k for k, r in self.runners.items() if k != key and not r.transient]
-            if idle:
-                for k in idle:
-                    self._drop(k, "evicted to make room")
+            # like the scheduler, unload idle models one at a time until it fits (or none is left)
+            def fits() -> bool:
+                nonlocal free, p
                 free = self._gpu_free_for_load(now, exclude=key)
                 p = placement(free)
+                return p.full_gpu
+            self._make_room(fits, key)
         if p.layers_gpu == 0 and kv_type != "f16":
             kv_type = "f16"  # no flash attention on CPU at v0.11.4
             p = placement(free)
@@ -146,6 +151,14 @@ class Loads:
                       loaded_at=now,
                       expires_at=None, slots=threading.BoundedSemaphore(s.num_parallel))
 
+    def _legacy_kv_type(self, arch: memmodel.Arch, s: Settings) -> str:
+        kv_type = memmodel.effective_kv_type(s.kv_cache_type if s.kv_cache_type in memmodel.KV_ELEMENT_BYTES
+                                             else "f16", s.flash_attention, arch.supports_flash_attention)
+        if s.kv_cache_type not in ("f16", "") and kv_type == "f16":
+            self._log(f'level=WARN msg="quantized kv cache requested but flash attention disabled" '
+                      f'type={s.kv_cache_type}')
+        return kv_type
+
     def _load_current(self, model: ModelSpec, s: Settings, num_ctx: int, num_batch: int, num_gpu: int,
                       now: float, auto: bool, retried: bool = False) -> Runner:
         """A load on the current engine: Ollama starts llama-server with ``-c
@@ -164,6 +177,9 @@ class Loads:
         if kv != "f16":
             args += ["--cache-type-k", kv, "--cache-type-v", kv]
         args += ["--flash-attn", s.flash_attention_mode, "-b", str(num_batch), "-ub", str(num_batch)]
+        gpus, single = self._current_gpus(model, s, num_ctx, num_batch, num_gpu, now)
+        if single:
+            args += ["--split-mode", "none", "--main-gpu", "0"]
         if num_gpu >= 0:
             args += ["-ngl", str(num_gpu)]
         self._log(f'msg="starting llama-server" cmd="{" ".join(args)}"')
@@ -185,7 +201,12 @@ class Loads:
                                   num_gpu=layers, overhead_bytes=s.fit_target_bytes, min_gpu_bytes=0,
                                   unified=dev.unified, estimate_min_ctx=0, compute_bytes=compute)
 
-        p = fit()
+        split = None
+        if len(self.devices) > 1:
+            free = sum(f for _, f in gpus)
+            p, split = self._current_split(model, s, num_ctx, num_batch, num_gpu, kv, compute, gpus)
+        else:
+            p = fit()
         gpu = max(p.size_vram_bytes - p.buffer_bytes, 0) if p.layers_gpu else 0
         host = p.size_bytes - p.size_vram_bytes
         self._log(f"common_params_fit_impl: projected to use {gpu // MIB} MiB of device memory vs. "
@@ -209,7 +230,21 @@ class Loads:
                           f'new_num_batch=512')
                 return self._load_current(model, s, lower, 512, num_gpu, now, auto, retried=True)
             raise SimError(500, failure)
-        device = {"nvidia": "CUDA0", "amd": "ROCm0", "apple": "MTL0"}[dev.vendor]
+        if split is not None:
+            self._log_split_buffers(model, p, split, kv, num_ctx, s)
+        else:
+            self._log_buffers(p, arch)
+        self._log(f"load_tensors: offloaded {p.layers_gpu}/{p.layers_total} layers to GPU")
+        pid = next(self._pids)
+        self._log('msg="llama-server started in 0.05 seconds"')
+        return Runner(model=model, num_ctx=num_ctx, num_batch=num_batch, num_gpu=num_gpu,
+                      num_parallel=s.num_parallel, kv_type=kv, placement=p, actual=p, pid=pid, loaded_at=now,
+                      expires_at=None, slots=threading.BoundedSemaphore(s.num_parallel), auto_ctx=auto,
+                      measured=True, split=split, held=split.alloc if split is not None else ())
+
+    def _log_buffers(self, p: memmodel.Placement, arch: memmodel.Arch) -> None:
+        """llama-server's buffer lines on a one-GPU machine (what /api/ps is built from)."""
+        device = {"nvidia": "CUDA0", "amd": "ROCm0", "apple": "MTL0"}[self.vendor]
         share = p.layers_gpu / max(p.layers_total, 1)
         gpu_weights = int(p.weights_bytes * share)
         gpu_kv = int(p.kv_bytes * min(p.layers_gpu, arch.block_count) / max(arch.block_count, 1))
@@ -218,13 +253,6 @@ class Loads:
                                   (device if p.layers_gpu else "CPU", "compute", p.graph_bytes)):
             if size > 0:
                 self._log(f"{_buffer_func(kind)}: {where:>10} {kind} buffer size = {size / MIB:8.2f} MiB")
-        self._log(f"load_tensors: offloaded {p.layers_gpu}/{p.layers_total} layers to GPU")
-        pid = next(self._pids)
-        self._log('msg="llama-server started in 0.05 seconds"')
-        return Runner(model=model, num_ctx=num_ctx, num_batch=num_batch, num_gpu=num_gpu,
-                      num_parallel=s.num_parallel, kv_type=kv, placement=p, actual=p, pid=pid, loaded_at=now,
-                      expires_at=None, slots=threading.BoundedSemaphore(s.num_parallel), auto_ctx=auto,
-                      measured=True)
 
     def release(self, runner: Runner) -> None:
         """The request that scheduled ``runner`` with ``hold`` is answered."""

@@ -74,26 +74,38 @@ class Requests:
                 self._log(f'level=WARN msg="truncating input prompt" limit={ctx} prompt={sent} keep=4 new={ctx}')
             runner.transient[ticket.id] = scratch
             runner.requests += 1
-            dev = self.scenario.device
-            now = self.clock()
-            need = dev.used_by_others_bytes + sum(self._runner_bytes(r, now) for r in self.runners.values())
-            if need > dev.total_bytes:
+            over = self.over_device(self.clock())
+            if over is not None:
                 runner.transient.pop(ticket.id, None)
-                raise SimError(500, self._runtime_oom(runner, need))
+                raise SimError(500, self._runtime_oom(runner, *over))
             if model.tag in faults.runner_error:
                 runner.transient.pop(ticket.id, None)
                 raise SimError(500, RUN_ERROR.format(text=faults.runner_error[model.tag]))
         return ticket
 
-    def _runtime_oom(self, runner: Runner, need: int) -> str:
+    def embed_tokens(self, runner: Runner, texts: list[str], truncate: bool) -> int:
+        """Tokens an embedding request evaluates: each text cut to the context
+        (or refused when ``truncate`` is false, as Ollama does)."""
+        ctx = runner.ctx_slot
+        count = 0
+        for text in texts:
+            n = simtext.count_tokens(text)
+            if n > ctx and not truncate:
+                raise SimError(400, "input length exceeds maximum context length")
+            count += min(n, ctx)
+        with self.lock:
+            runner.requests += len(texts)
+        return count
+
+    def _runtime_oom(self, runner: Runner, index: int, need: int) -> str:
         """The runner's allocation failed mid-request: it dies, the log has the
         runtime's out-of-memory lines, and the request's error ends with what
         Ollama's status writer captured. The current engine also expires every
         loaded model ("runtime OOM detected")."""
         msg = RUNTIME_OOM_MSG[self.vendor]
-        dev = self.scenario.device
+        dev = self.devices[index]
         self._log(f"ggml_backend_sched_graph_compute: {msg}")
-        self._log("  current device: 0, in function ggml_backend_cuda_graph_compute at ggml-cuda.cu:2510")
+        self._log(f"  current device: {index}, in function ggml_backend_cuda_graph_compute at ggml-cuda.cu:2510")
         self._log(f'level=ERROR msg="{"llama-server" if self.current else "llama runner"} terminated" '
                   f'error="{msg}" model={runner.model.tag} needed="{human_bytes2(need)}" '
                   f'total="{human_bytes2(dev.total_bytes)}"')

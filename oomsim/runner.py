@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from probes import memmodel
 from oomsim.scenario import ModelSpec
+from oomsim.spread import Split
 
 
 @dataclass
@@ -37,6 +38,22 @@ class Runner:
     last_error: str = ""       # what the runtime printed when it died (Ollama's captured error)
     asked_batch: int = 0       # the num_batch the load's request carried (512 when unset): a request
                                # carrying the same is served by this runner, not a reload
+    split: Split | None = None     # on a machine with several GPUs: which device got which layers
+    held: tuple[int, ...] = ()     # with ``split``: bytes each of split.devices really holds
+    keep_s: float | None = 300.0   # the session duration (keep_alive) eviction orders by
+
+    def device_bytes(self) -> dict[int, int]:
+        """Device index -> bytes the runner's layers, KV and graph hold there."""
+        if self.split is None:
+            return {0: self.resident_gpu_bytes} if self.resident_gpu_bytes else {}
+        return {d: b for d, b in zip(self.split.devices, self.held) if b}
+
+    @property
+    def main_device(self) -> int:
+        """Where a request's scratch memory and leaks land: the first GPU with layers."""
+        if self.split is None:
+            return 0
+        return next((d for d, b in zip(self.split.devices, self.held) if b), self.split.devices[0])
 
     @property
     def ctx_slot(self) -> int:
@@ -47,6 +64,8 @@ class Runner:
         """What the runner really allocates on the GPU: the estimate without
         its spare layer, and for num_ctx x parallel cells without the
         estimate's floor of 2048."""
+        if self.split is not None:
+            return sum(self.held)
         p = self.actual
         return max(p.size_vram_bytes - p.buffer_bytes, 0) if p.layers_gpu else 0
 

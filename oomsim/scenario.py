@@ -21,8 +21,10 @@ from probes import memmodel
 from common.errors import ProbeError
 from probes.serverinfo import engine_of
 from probes.units import SizeError, parse_size
+from oomsim.devspec import VENDORS, DeviceSpec, MigSpec, read_devices
 
-VENDORS = ("nvidia", "amd", "apple")
+__all__ = ["Scenario", "ScenarioError", "DeviceSpec", "MigSpec", "ModelSpec", "ServerSpec", "VENDORS",
+           "load_scenario", "scenario_from_dict", "canonical"]
 KV_TYPES = ("f16", "q8_0", "q4_0")
 INCOHERENT_KINDS = ("repetitive", "garbled")
 _SIZE_HINT = "e.g. 8GiB, 600MiB, 4.58GiB"
@@ -31,19 +33,6 @@ _DURATION = re.compile(r"^\s*-?\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h)?(?:\d+(?:\.\d
 
 class ScenarioError(ProbeError):
     """A scenario file that cannot be played; one line naming file and field."""
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    name: str
-    vendor: str                    # nvidia | amd | apple
-    total_bytes: int
-    used_by_others_bytes: int = 0
-    driver_version: str = "550.54.14"
-
-    @property
-    def unified(self) -> bool:
-        return self.vendor == "apple"
 
 
 @dataclass(frozen=True)
@@ -66,6 +55,8 @@ class ServerSpec:
     gpu_overhead_bytes: int = 0
     keep_alive: str = "5m"
     fit_target_mib: int | None = None      # LLAMA_ARG_FIT_TARGET (current engine)
+    sched_spread: bool = False             # OLLAMA_SCHED_SPREAD
+    max_loaded_models: int = 0             # OLLAMA_MAX_LOADED_MODELS (0: 3 per GPU)
 
 
 @dataclass(frozen=True)
@@ -76,6 +67,7 @@ class ModelSpec:
     quantization: str              # Ollama level string, e.g. Q4_K_M
     family: str
     parameter_size: str
+    embedding: bool = False        # an embedding model: /api/embed only, one slot
 
     @property
     def bits(self) -> float:
@@ -109,6 +101,11 @@ class Scenario:
     host: HostSpec = field(default_factory=HostSpec)
     timing: TimingSpec = field(default_factory=TimingSpec)
     description: str = ""
+    devices: tuple[DeviceSpec, ...] = ()   # every card, in CUDA / ROCm order; ``device`` is the first
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            object.__setattr__(self, "devices", (self.device,))
 
     def find(self, name: str) -> ModelSpec | None:
         """The model a request names; ``name`` without a tag means ``:latest``,
@@ -149,16 +146,16 @@ def load_scenario(path: str | Path) -> Scenario:
 def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     """Check a parsed scenario (the YAML as Python data)."""
     r = _Reader(source)
-    top = r.mapping(data, "", required=("device", "server", "models"),
-                    optional=("faults", "host", "timing", "description"))
-    device = _device(r, top["device"])
+    top = r.mapping(data, "", required=("server", "models"),
+                    optional=("device", "devices", "faults", "host", "timing", "description"))
+    devices = read_devices(r, top)
     server = _server(r, top["server"])
     models = _models(r, top["models"])
     faults = _faults(r, top.get("faults") or {}, models)
     host = _host(r, top.get("host") or {})
     timing = _timing(r, top.get("timing") or {})
     description = r.text(top.get("description", ""), "description", allow_empty=True)
-    return Scenario(source, device, server, models, faults, host, timing, description)
+    return Scenario(source, devices[0], server, models, faults, host, timing, description, devices)
 
 
 class _Reader:
@@ -251,25 +248,10 @@ def _kind(value: Any) -> str:
     return "nothing" if value is None else type(value).__name__
 
 
-def _device(r: _Reader, data: Any) -> DeviceSpec:
-    d = r.mapping(data, "device", required=("name", "vendor", "total"),
-                  optional=("used_by_others", "driver"))
-    total = r.size(d["total"], "device.total")
-    others = r.size(d.get("used_by_others", 0), "device.used_by_others", zero_ok=True)
-    if others >= total:
-        r.fail("device.used_by_others", "must be less than device.total")
-    return DeviceSpec(
-        name=r.text(d["name"], "device.name"),
-        vendor=r.choice(d["vendor"], "device.vendor", VENDORS),
-        total_bytes=total,
-        used_by_others_bytes=others,
-        driver_version=r.text(d.get("driver", "550.54.14"), "device.driver"),
-    )
-
-
 def _server(r: _Reader, data: Any) -> ServerSpec:
     s = r.mapping(data, "server", optional=("version", "num_parallel", "flash_attention", "kv_cache_type",
-                                            "context_length", "gpu_overhead", "keep_alive", "fit_target"))
+                                            "context_length", "gpu_overhead", "keep_alive", "fit_target",
+                                            "sched_spread", "max_loaded_models"))
     version = r.text(s.get("version", "0.11.4"), "server.version")
     current = _is_current(version)
     keep_alive = str(s.get("keep_alive", "5m"))
@@ -287,6 +269,8 @@ def _server(r: _Reader, data: Any) -> ServerSpec:
                         else None),
         gpu_overhead_bytes=r.size(s.get("gpu_overhead", 0), "server.gpu_overhead", zero_ok=True),
         keep_alive=keep_alive,
+        sched_spread=r.boolean(s.get("sched_spread", False), "server.sched_spread"),
+        max_loaded_models=r.integer(s.get("max_loaded_models", 0), "server.max_loaded_models"),
     )
 
 
@@ -304,7 +288,7 @@ def _models(r: _Reader, data: Any) -> dict[str, ModelSpec]:
         if not tag or any(c.isspace() for c in tag):
             r.fail(path, "a tag must be one word like name:tag")
         m = r.mapping(spec, path, required=("arch", "weights", "quantization") + _ARCH_INTS,
-                      optional=_ARCH_OPTIONAL + ("family", "parameter_size"))
+                      optional=_ARCH_OPTIONAL + ("family", "parameter_size", "embedding"))
         ints = {k: r.integer(m[k], f"{path}.{k}", 1) for k in _ARCH_INTS}
         extra = {k: r.integer(m[k], f"{path}.{k}", 1) for k in _ARCH_OPTIONAL if m.get(k) is not None}
         if ints["head_count_kv"] > ints["head_count"]:
@@ -324,6 +308,7 @@ def _models(r: _Reader, data: Any) -> dict[str, ModelSpec]:
             tag=canonical(tag), arch=arch, weights_bytes=weights, quantization=level.upper(),
             family=r.text(m.get("family", arch.arch), f"{path}.family"),
             parameter_size=r.text(m.get("parameter_size") or _param_size(weights, level), f"{path}.parameter_size"),
+            embedding=r.boolean(m.get("embedding", False), f"{path}.embedding"),
         )
     return models
 

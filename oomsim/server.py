@@ -22,87 +22,16 @@ from typing import Any, Mapping
 
 from common.errors import ProbeError
 from oomsim.scenario import ModelSpec, Scenario
-from oomsim.requests import MESSAGE_TOKENS, TEMPLATE_TOKENS
-from oomsim.settings import SimError, parse_keep_alive
-from oomsim.state import SimState
+from oomsim.views import MODIFIED_AT, capabilities, details, digest, embedding, model_info, tensors
 
-_FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
-              "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16,
-              "Q5_K_M": 17, "Q6_K": 18, "IQ2_XXS": 19, "IQ2_XS": 20, "Q2_K_S": 21, "IQ3_XS": 22,
-              "IQ3_XXS": 23, "IQ1_S": 24, "IQ4_NL": 25, "IQ3_S": 26, "IQ3_M": 27, "IQ2_S": 28,
-              "IQ2_M": 29, "IQ4_XS": 30, "IQ1_M": 31, "BF16": 32, "TQ1_0": 36, "TQ2_0": 37, "MXFP4": 38}
-_MODIFIED_AT = "2025-08-06T10:00:00.000000000Z"
 _STREAM_SLEEPS = 10
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
-
-
-def digest(tag: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(tag.encode()).hexdigest()
-
-
-def details(model: ModelSpec) -> dict:
-    return {"parent_model": "", "format": "gguf", "family": model.family, "families": [model.family],
-            "parameter_size": model.parameter_size, "quantization_level": model.quantization}
-
-
-def model_info(model: ModelSpec, verbose: bool = False) -> dict:
-    """``/api/show`` model_info: the GGUF keys a memory model reads."""
-    a = model.arch
-    p = a.arch
-    params = int(model.weights_bytes * 8 / model.bits)
-    info: dict[str, Any] = {
-        "general.architecture": p,
-        "general.basename": model.tag.split(":", 1)[0],
-        "general.file_type": _FILE_TYPE.get(model.quantization, 15),
-        "general.parameter_count": params,
-        "general.quantization_version": 2,
-        f"{p}.block_count": a.block_count,
-        f"{p}.context_length": a.context_length,
-        f"{p}.embedding_length": a.embedding_length,
-        f"{p}.feed_forward_length": a.embedding_length * 7 // 2,
-        f"{p}.attention.head_count": a.head_count,
-        f"{p}.attention.head_count_kv": a.head_count_kv,
-        f"{p}.attention.layer_norm_rms_epsilon": 1e-05,
-        f"{p}.rope.freq_base": 500000,
-        "tokenizer.ggml.model": "gpt2",
-        "tokenizer.ggml.bos_token_id": 1,
-        "tokenizer.ggml.eos_token_id": 2,
-    }
-    for key in ("key_length", "value_length", "sliding_window"):
-        value = getattr(a, key)
-        if value:
-            info[f"{p}.attention.{key}"] = value
-    if a.vocab_size:
-        info[f"{p}.vocab_size"] = a.vocab_size
-        # arrays over 1024 items come back null unless verbose, as in Ollama
-        info["tokenizer.ggml.tokens"] = [f"<t{i}>" for i in range(a.vocab_size)] if verbose else None
-        info["tokenizer.ggml.token_type"] = [1] * a.vocab_size if verbose else None
-    return info
-
-
-def tensors(model: ModelSpec) -> list[dict]:
-    """A plausible tensor list (names, types, shapes) for ``/api/show``."""
-    a = model.arch
-    E, V = a.embedding_length, a.vocab_size or 32000
-    kv = a.head_count_kv * a.head_dim_k
-    ff = E * 7 // 2
-    t = model.quantization
-    out = [{"name": "token_embd.weight", "type": t, "shape": [E, V]}]
-    for i in range(a.block_count):
-        for name, shape in (("attn_norm.weight", [E]), ("attn_q.weight", [E, E]), ("attn_k.weight", [E, kv]),
-                            ("attn_v.weight", [E, kv]), ("attn_output.weight", [E, E]), ("ffn_norm.weight", [E]),
-                            ("ffn_gate.weight", [E, ff]), ("ffn_up.weight", [E, ff]), ("ffn_down.weight", [ff, E])):
-            out.append({"name": f"blk.{i}.{name}", "type": "F32" if name.endswith("norm.weight") else t,
-                        "shape": shape})
-    out += [{"name": "output_norm.weight", "type": "F32", "shape": [E]},
-            {"name": "output.weight", "type": t, "shape": [E, V]}]
-    return out
-
+from oomsim.requests import MESSAGE_TOKENS, TEMPLATE_TOKENS
+from oomsim.settings import SimError, parse_keep_alive
+from oomsim.state import SimState
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -167,7 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
-        routes = {"/api/show": self._show, "/api/generate": self._generate, "/api/chat": self._chat}
+        routes = {"/api/show": self._show, "/api/generate": self._generate, "/api/chat": self._chat,
+                  "/api/embed": self._embed, "/api/embeddings": self._embeddings}
         route = routes.get(path)
         if route is None:
             self._send(404, b"404 page not found", "text/plain")
@@ -187,7 +117,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- views ---------------------------------------------------------------------
     def _tag(self, m: ModelSpec) -> dict:
-        return {"name": m.tag, "model": m.tag, "modified_at": _MODIFIED_AT, "size": m.weights_bytes,
+        return {"name": m.tag, "model": m.tag, "modified_at": MODIFIED_AT, "size": m.weights_bytes,
                 "digest": digest(m.tag), "details": details(m)}
 
     def _ps(self, r) -> dict:
@@ -214,8 +144,8 @@ class _Handler(BaseHTTPRequestHandler):
             "details": details(model),
             "model_info": model_info(model, bool(body.get("verbose"))),
             "tensors": tensors(model),
-            "capabilities": ["completion"],
-            "modified_at": _MODIFIED_AT,
+            "capabilities": capabilities(model),
+            "modified_at": MODIFIED_AT,
         })
 
     # -- generation ------------------------------------------------------------------
@@ -224,6 +154,43 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _chat(self, body: dict) -> None:
         self._complete(body, chat=True)
+
+    def _embed(self, body: dict) -> None:
+        """``/api/embed``: ``input`` a text or a list of texts; none only loads."""
+        state = self.sim.state
+        name = str(body.get("model") or "")
+        model = state.find(name)
+        raw = body.get("input")
+        texts = [] if raw in (None, "") else [raw] if isinstance(raw, str) else raw
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise SimError(400, "invalid input type")
+        options = body.get("options") or {}
+        if not model.embedding:
+            raise SimError(400, f"registry.ollama.ai/library/{model.tag} does not support embedding")
+        runner, load_ns = state.schedule(model.tag, options, body.get("keep_alive"), hold=True)
+        try:
+            if not texts:
+                self._json(200, {"model": name, "embeddings": []})
+                return
+            count = state.embed_tokens(runner, texts, body.get("truncate") is not False)
+            self._json(200, {"model": name, "embeddings": [embedding(model, t) for t in texts],
+                             "total_duration": load_ns + 1_000_000 * len(texts), "load_duration": load_ns,
+                             "prompt_eval_count": count})
+        finally:
+            state.release(runner)
+
+    def _embeddings(self, body: dict) -> None:
+        """The older ``/api/embeddings``: one ``prompt``, one ``embedding``."""
+        state = self.sim.state
+        model = state.find(str(body.get("model") or ""))
+        if not model.embedding:
+            raise SimError(400, f"registry.ollama.ai/library/{model.tag} does not support embedding")
+        runner, _ = state.schedule(model.tag, body.get("options") or {}, body.get("keep_alive"), hold=True)
+        try:
+            prompt = str(body.get("prompt") or "")
+            self._json(200, {"embedding": embedding(model, prompt) if prompt else []})
+        finally:
+            state.release(runner)
 
     def _complete(self, body: dict, chat: bool) -> None:
         state = self.sim.state
@@ -248,9 +215,12 @@ class _Handler(BaseHTTPRequestHandler):
             answer_to, extra = prompt, TEMPLATE_TOKENS
             empty = prompt == ""
         if empty and keep_alive is not None and parse_keep_alive(keep_alive, 300.0) == 0:
+            # the unload comes before the capability check, as in routes.go: an embedder is unloaded this way too
             state.unload(model.tag)
             self._json(200, self._final(name, chat, "unload", None))
             return
+        if model.embedding:
+            raise SimError(400, f"registry.ollama.ai/library/{model.tag} does not support completion")
         runner, load_ns = state.schedule(model.tag, options, keep_alive, hold=True)
         try:
             if empty:

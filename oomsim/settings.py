@@ -79,6 +79,8 @@ class Settings:
     keep_alive_s: float | None
     flash_attention_mode: str = "off"   # auto / on / off
     fit_target_bytes: int = FIT_TARGET_DEFAULT
+    sched_spread: bool = False          # OLLAMA_SCHED_SPREAD: always spread a model over every GPU
+    max_loaded: int = 0                 # OLLAMA_MAX_LOADED_MODELS; 0: 3 per GPU, as Ollama sets it
 
 
 def _int_option(options: Mapping[str, Any], key: str, default: int) -> int:
@@ -119,6 +121,10 @@ class ServerEnv:
                 del self._env["OLLAMA_CONTEXT_LENGTH"]
             if s.fit_target_mib is not None:
                 self._env["LLAMA_ARG_FIT_TARGET"] = str(s.fit_target_mib)
+        if s.sched_spread:
+            self._env["OLLAMA_SCHED_SPREAD"] = "1"
+        if s.max_loaded_models:
+            self._env["OLLAMA_MAX_LOADED_MODELS"] = str(s.max_loaded_models)
 
     def env(self) -> dict[str, str]:
         with self.lock:
@@ -173,4 +179,6 @@ class ServerEnv:
             keep_alive_s=keep,
             flash_attention_mode=fa_mode,
             fit_target_bytes=uint("LLAMA_ARG_FIT_TARGET", FIT_TARGET_DEFAULT // MIB) * MIB,
+            sched_spread=_truthy(env.get("OLLAMA_SCHED_SPREAD", "")),
+            max_loaded=uint("OLLAMA_MAX_LOADED_MODELS", 0),
         )

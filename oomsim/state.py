@@ -3,8 +3,9 @@ device reads at any moment, behind one lock.
 
 :class:`SimState` is put together from one part per job: the server's
 environment (:mod:`oomsim.settings`), the device's memory
-(:mod:`oomsim.memory`), scheduling and loading on both engines
-(:mod:`oomsim.loads`) and requests (:mod:`oomsim.requests`); this
+(:mod:`oomsim.memory`, per card), scheduling and loading on both engines
+(:mod:`oomsim.loads`; on several cards :mod:`oomsim.spread_loads`),
+evictions (:mod:`oomsim.evict`) and requests (:mod:`oomsim.requests`); this
 module holds what they share (the runners, the log, expiry). The HTTP layer
 (:mod:`oomsim.server`) only turns this into JSON; everything here is
 callable from tests without a socket.
@@ -19,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from probes.serverinfo import vram_tier as vram_default_ctx
+from oomsim.evict import Evictions
 from oomsim.loads import Loads
 from oomsim.memory import DeviceMemory
 from oomsim.messages import NOT_FOUND, _library, human_bytes2
@@ -26,9 +28,10 @@ from oomsim.requests import Requests
 from oomsim.runner import Runner
 from oomsim.scenario import ModelSpec, Scenario
 from oomsim.settings import ServerEnv, SimError, is_current
+from oomsim.spread_loads import SpreadLoads
 
 
-class SimState(ServerEnv, DeviceMemory, Loads, Requests):
+class SimState(ServerEnv, DeviceMemory, Loads, SpreadLoads, Evictions, Requests):
     """Thread-safe state of one simulated server and its device."""
 
     def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic):
@@ -45,8 +48,9 @@ class SimState(ServerEnv, DeviceMemory, Loads, Requests):
         self.reset_env()
         self._log(f'msg="Listening on 127.0.0.1 (version {scenario.server.version})"')
         if self.current:
-            self._log(f'msg="inference compute" id=GPU-0 library={_library(self.vendor)} '
-                      f'name="{scenario.device.name}" total="{human_bytes2(scenario.device.total_bytes)}"')
+            for i, dev in enumerate(scenario.devices):
+                self._log(f'msg="inference compute" id=GPU-{i} library={_library(self.vendor)} '
+                          f'name="{dev.name}" total="{human_bytes2(dev.total_bytes)}"')
             self._log(f'msg="vram-based default context" total_vram="{human_bytes2(self._tier_vram())}" '
                       f'default_num_ctx={vram_default_ctx(self._tier_vram())}')
 
