@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import httpx
@@ -33,86 +32,8 @@ DEFAULT_PORT = 11434
 DEFAULT_HOST = f"http://127.0.0.1:{DEFAULT_PORT}"
 
 
-def canonical_name(name: str) -> str:
-    """The one spelling of a model name every comparison uses: ``llama3.2`` is
-    ``llama3.2:latest``, and the default registry's prefix is dropped
-    (``registry.ollama.ai/library/qwen3:8b`` is ``qwen3:8b``), as Ollama itself
-    resolves names. Case is folded: Ollama treats names case-insensitively."""
-    text = (name or "").strip().lower()
-    for prefix in ("registry.ollama.ai/library/", "registry.ollama.ai/"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-            break
-    last = text.rsplit("/", 1)[-1]
-    return text if ":" in last else f"{text}:latest"
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """One row of ``ollama ps`` / ``GET /api/ps``: an estimate on the legacy
-    runner, llama-server's own buffer totals on the current engine."""
-
-    name: str
-    size_bytes: int
-    size_vram_bytes: int
-    context_length: int | None
-    quantization: str | None
-    digest: str | None = None
-
-    @property
-    def placement(self) -> str:
-        return placement_of(self.size_bytes, self.size_vram_bytes)
-
-
-def placement_of(size_bytes: int, size_vram_bytes: int) -> str:
-    """``ollama ps``'s PROCESSOR column in a word: "gpu" (100% GPU), "partial"
-    (spilled to the CPU: a memory shortage too) or "cpu"."""
-    if size_vram_bytes <= 0:
-        return "cpu"
-    return "gpu" if size_vram_bytes >= size_bytes else "partial"
-
-
-@dataclass(frozen=True)
-class Generation:
-    """The outcome of one request (``ollama run`` / ``POST /api/generate``)."""
-
-    ok: bool
-    text: str = ""
-    done_reason: str | None = None
-    prompt_eval_count: int | None = None
-    eval_count: int | None = None
-    duration_s: float = 0.0
-    status: int | None = 200  # HTTP status; -1 for an error inside a 200 stream
-    error: str | None = None
-
-    @property
-    def oom(self) -> bool:
-        """The error text alone says memory ran out (see :meth:`failure` to add log lines)."""
-        return not self.ok and is_oom_text(self.error)
-
-    def failure(self, log_lines=(), phase: str | None = None) -> Failure | None:
-        """What kind of failure this was, with the server log lines of this
-        load or request as evidence; None when it succeeded."""
-        return None if self.ok else classify(self.error, log_lines, phase)
-
-
-@dataclass(frozen=True)
-class ModelShow:
-    """``ollama show`` / ``POST /api/show``: metadata the memory model needs."""
-
-    name: str
-    quantization: str | None
-    family: str | None
-    parameter_size: str | None
-    model_info: dict = field(default_factory=dict)
-    parameters: str = ""
-    tensors: list = field(default_factory=list)  # ``{name, type, shape}`` rows; only from a verbose show
-
-    @property
-    def context_length(self) -> int | None:
-        arch = self.model_info.get("general.architecture")
-        value = self.model_info.get(f"{arch}.context_length")
-        return int(value) if value else None
+# the API's values live beside it; every caller imports them from here
+from probes.ollama_types import Generation, Loaded, ModelShow, canonical_name, placement_of  # noqa: E402,F401
 
 
 class Ollama:
@@ -232,7 +153,8 @@ class Ollama:
         return ModelShow(name=model, quantization=details.quantization_level if details else None,
                          family=details.family if details else None,
                          parameter_size=details.parameter_size if details else None,
-                         model_info=dict(resp.modelinfo or {}), parameters=resp.parameters or "")
+                         model_info=dict(resp.modelinfo or {}), parameters=resp.parameters or "",
+                         capabilities=tuple(getattr(resp, "capabilities", None) or ()))
 
     def ps_rows(self) -> list[dict]:
         """``curl HOST/api/ps``'s ``models`` as plain dicts, every field the
@@ -329,9 +251,34 @@ class Ollama:
                                   duration_s=time.monotonic() - started)
             return Generation(ok=True, text="".join(parts), done_reason=last.done_reason if last else None,
                               prompt_eval_count=last.prompt_eval_count if last else None,
-                              eval_count=last.eval_count if last else None, duration_s=time.monotonic() - started)
+                              eval_count=last.eval_count if last else None, duration_s=time.monotonic() - started,
+                              load_s=(last.load_duration or 0) / 1e9 if last and last.load_duration is not None
+                              else None)
 
         return self._call(consume, loads=True)  # the whole stream within the timeout, not each chunk
+
+    def embed(self, model: str, text: str, options: Mapping[str, Any] | None = None,
+              keep_alive: str | float = "10m") -> Generation:
+        """One embedding request (``curl HOST/api/embed -d '{"model": M, "input": TEXT}'``),
+        as a Generation with no text: what an embedding model is sent, since
+        ``/api/generate`` refuses it. Input past the context is cut, as Ollama's default."""
+        started = time.monotonic()
+
+        def ask() -> Generation:
+            try:
+                resp = self._client.embed(model=model, input=text, options=dict(options or {}),
+                                          keep_alive=keep_alive, truncate=True)
+            except ollama.ResponseError as exc:
+                return Generation(ok=False, status=exc.status_code, error=exc.error,
+                                  duration_s=time.monotonic() - started)
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                return Generation(ok=False, status=None, error=f"connection dropped: {exc}",
+                                  duration_s=time.monotonic() - started)
+            return Generation(ok=True, done_reason="embed", prompt_eval_count=resp.prompt_eval_count, eval_count=0,
+                              duration_s=time.monotonic() - started,
+                              load_s=(resp.load_duration or 0) / 1e9 if resp.load_duration is not None else None)
+
+        return self._call(ask, loads=True)
 
     def logprobs(self, model: str, prompt: str, options: Mapping[str, Any] | None = None, top: int = 5) -> list[dict]:
         """The per-token log-probabilities of one answer, ``[{token, logprob,
@@ -415,7 +362,8 @@ def _shown(model: str, body: dict) -> ModelShow:
         raise TypeError(f"tensors is a {type(tensors).__name__}, not a list")
     return ModelShow(name=model, quantization=details.get("quantization_level"), family=details.get("family"),
                      parameter_size=details.get("parameter_size"), model_info=dict(body.get("model_info") or {}),
-                     parameters=body.get("parameters") or "", tensors=tensors)
+                     parameters=body.get("parameters") or "", tensors=tensors,
+                     capabilities=tuple(body.get("capabilities") or ()))
 
 
 def _refused(what: str, exc) -> ProbeError:

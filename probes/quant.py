@@ -71,6 +71,20 @@ def _answers(env: ProbeEnv, model: str, task: str, options: dict) -> list:
     return answers
 
 
+def lower_levels(api, model: str, candidates: list[str] | None = None) -> list[tuple[float, str, str]]:
+    """``(bits, tag, level)`` of every sibling tag on the server (or of
+    ``candidates``) with fewer bits per weight than ``model``, highest bits
+    first (levels from ``/api/show``, never from the tag's text)."""
+    current_bits = _bits(api.show(model).quantization)
+    levels = []
+    for tag in (candidates if candidates is not None else api.siblings(model)):
+        level = api.show(tag).quantization
+        bits = _bits(level)
+        if bits is not None and current_bits is not None and bits < current_bits:
+            levels.append((bits, tag, level))
+    return sorted(levels, reverse=True)
+
+
 @timed
 def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False,
         candidates: list[str] | None = None, fit_limit_bytes: int | None = None,
@@ -95,15 +109,7 @@ def run(env: ProbeEnv, model: str, num_ctx: int = 2048, allow_pull: bool = False
                 raise
             env.api.pull(model)
             current = env.api.show(model)
-        current_bits = _bits(current.quantization)
-        tags = candidates if candidates is not None else env.api.siblings(model)
-        levels = []
-        for tag in tags:
-            level = env.api.show(tag).quantization
-            bits = _bits(level)
-            if bits is not None and current_bits is not None and bits < current_bits:
-                levels.append((bits, tag, level))
-        levels.sort(reverse=True)
+        levels = lower_levels(env.api, model, candidates)
         env.say("plan", current=current.quantization, candidates=[t for _, t, _ in levels])
         if not levels:
             result.notes.append(Note("quant.no_sibling", model=model))

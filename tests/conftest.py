@@ -50,7 +50,7 @@ def _engines() -> list[str]:
 # the legacy engine's smoke set: the rig itself, the host reader, the second model family,
 # the memory model and the plan's predicted peaks, and every probe once against the real server
 LEGACY_SMOKE = ("test_rig.py", "test_host_reader.py", "test_gemma_rig.py", "test_memmodel_rig.py",
-                "test_plan_rig.py", "test_probes_rig.py", "test_server_settings_rig.py")
+                "test_plan_rig.py", "test_probes_rig.py", "test_server_settings_rig.py", "test_set_rig.py")
 
 
 def _legacy_smoke_only() -> bool:

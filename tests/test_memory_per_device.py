@@ -324,3 +324,15 @@ def test_a_source_that_cannot_tell_devices_apart_says_so(lang, words):
     report = build_report(sel, ollama_host="x")
     assert report["devices"] == [] and report["per_device"] is False
     assert words in render(report, lang, width=80)
+
+
+def test_the_summed_reading_of_a_mig_card_is_its_instances_not_the_whole_card():
+    # a model only ever gets an instance: the 80 GiB card in MIG mode is 40 + 20 GiB of devices
+    nvml = FakeNvml(gpus=(A100,)).with_mig(0, {0: MIG_3G, 2: MIG_2G})
+    nvml.enqueue_memory(used=30 * GiB, total=80 * GiB, gpu=0)  # the parent: what the sum must not read
+    nvml.enqueue_memory(used=1 * GiB, total=40 * GiB, gpu=0, mig=0)
+    nvml.enqueue_memory(used=3 * GiB, total=20 * GiB, gpu=0, mig=2)
+    reader = NvmlReader(lib=nvml, env={})
+    reading = reader.read()
+    assert (reading.total_bytes, reading.used_bytes, reading.free_bytes) == (60 * GiB, 4 * GiB, 56 * GiB)
+    assert reader.info().total_bytes == 60 * GiB and reader.info().count == 2

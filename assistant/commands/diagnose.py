@@ -33,6 +33,9 @@ def add_parser(sub) -> None:
                      out="folder for oomvet.yaml, Modelfile, report (default oomvet-out)")
     p.add_argument("--answers", metavar="FILE", help="YAML answers: symptom, want_ctx, want_parallel, "
                                                      "keep_context, budget, lang")
+    p.add_argument("--also", metavar="MODEL", action="append", default=[],
+                   help="another model that must stay loaded beside --model (repeat for more): the set is "
+                        "measured alone and together, evictions are caught, and the set is retested at once")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout and nothing else")
     p.set_defaults(run=run)
 
@@ -48,6 +51,8 @@ def run(args, *, resume_log=None) -> int:
         raise UsageError(t("diagnose.model"))
     check_out_dir(options.out)  # a folder the files cannot go to is refused before minutes of measuring
     err = Console(stderr=True)
+    if args.also:
+        return run_set(args, options, [model, *args.also], lang, err)
     ui = AutoUI(answers, console=err, quiet=False)
     intake = parse_intake(answers.get("symptom") or "")
     if options.budget is not None:
@@ -77,3 +82,38 @@ def run(args, *, resume_log=None) -> int:
                    "files": [str(p) for p in paths]}
         sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False) + "\n")
     return outcome.exit_code
+
+
+def run_set(args, options, models: list[str], lang: str, err: Console) -> int:
+    """``--also``: several models that must stay loaded together (assistant/session/together.py)."""
+    from assistant.files.atomic import write_files
+    from assistant.files.set_outputs import set_files
+    from assistant.session.together import SetSession, summary
+    from common.errors import UsageError
+
+    if len({m.lower() for m in models}) < len(models):
+        raise UsageError(t("diagnose.set_twice", lang, models=", ".join(models)))
+    say = lambda line: err.print(line, markup=False, highlight=False)  # noqa: E731
+    with open_world(options.world, log=say) as world:
+        missing = [m for m in models if world.env.api.loaded(m) is None and not _served(world, m)]
+        if missing:
+            raise UsageError(t("diagnose.set_missing", lang, models=", ".join(missing)))
+        result, code = SetSession(world, models, lang, say).run()
+    paths = write_files(options.out, set_files(result), lang=lang)
+    say(t("set.wrote", lang, n=len(paths), out=options.out, names=", ".join(p.name for p in paths)))
+    if args.json:
+        payload = {"set": summary(result), "devices": result["devices"], "verified": result["verified"],
+                   "out": str(options.out), "files": [str(p) for p in paths]}
+        sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False) + "\n")
+    return code
+
+
+def _served(world, model: str) -> bool:
+    """Whether the server has ``model`` (``ollama show`` answers)."""
+    from common.errors import ModelNotFoundError
+
+    try:
+        world.env.api.show(model)
+    except ModelNotFoundError:
+        return False
+    return True

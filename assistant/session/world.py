@@ -28,7 +28,7 @@ from probes.ollama_api import Ollama
 from probes.serverinfo import read_server
 from probes.serverlog import find_log
 from probes.serverlog import parse as parse_log
-from probes.server import DEFAULT_HOST, ForeignServer
+from probes.server import DEFAULT_HOST, SETTING_PREFIXES, ForeignServer
 
 
 def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = False) -> None:
@@ -41,6 +41,9 @@ def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = Fa
     where.add_argument("--simulate", metavar="SCENARIO", help="play a GPU + Ollama from a scenario file")
     parser.add_argument("--rig-version", metavar="V",
                         help="with --rig: 0.34.4 (current engine, default) or 0.11.4 (legacy); $OOMVET_RIG_VERSION")
+    parser.add_argument("--rig-env", metavar="KEY=VALUE", action="append", type=rig_env_arg, default=[],
+                        help="with --rig: start its server with this setting, as a user's server runs with it "
+                             "(OLLAMA_* or LLAMA_ARG_*; repeat for more)")
     parser.add_argument("--budget", type=budget_arg,
                         help="memory cap for the model: 6GiB, 600MiB, 7.5G or 80%% of the device")
     # no argparse choices: select_reader() refuses a wrong name with the reason
@@ -64,6 +67,15 @@ def budget_arg(text: str) -> Budget:
         raise UsageError(str(exc)) from None
 
 
+def rig_env_arg(text: str) -> tuple[str, str]:
+    """``--rig-env KEY=VALUE``: one server setting for the rig, refused in one line when it is not one."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key.startswith(SETTING_PREFIXES) or not key.replace("_", "").isalnum():
+        raise UsageError(t("world.bad_rig_env", text=text))
+    return key, value.strip()
+
+
 @dataclass(frozen=True)
 class WorldOptions:
     """The world flags (:func:`add_world_args`) of one command, typed and read once."""
@@ -77,12 +89,13 @@ class WorldOptions:
     timeout_s: float = 900.0               # a probe gives up; also bounds each HTTP request
     hz: float = 20.0                       # memory readings per second while sampling
     server_log: str | None = None
+    rig_env: tuple[tuple[str, str], ...] = ()   # --rig-env: the rig server's settings
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WorldOptions:
         return cls(host=args.host, rig=args.rig, rig_version=args.rig_version, simulate=args.simulate,
                    budget=args.budget, memory_source=args.memory_source, timeout_s=args.timeout, hz=args.hz,
-                   server_log=args.server_log)
+                   server_log=args.server_log, rig_env=tuple(getattr(args, "rig_env", None) or ()))
 
 
 def host_from(options: WorldOptions) -> str:
@@ -126,6 +139,8 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
     """Start (or reach) the server, pick the memory source, resolve the limit;
     stop whatever was started on the way out, Ctrl-C included."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
+    if options.rig_env and not options.rig:
+        raise UsageError(t("world.rig_env_needs_rig"))
     budget = options.budget
     # --timeout bounds each request too: a hung server (SIGSTOP) ends in one line, not a wait forever
     http_timeout = options.timeout_s or 900.0
@@ -151,7 +166,7 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
 
                 raise DependencyError(t("world.no_rig", missing=exc.name)) from None
 
-            rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}"),
+            rig = stack.enter_context(Rig(log=lambda m: log(f"[rig] {m}"), env=dict(options.rig_env),
                                           version=options.rig_version))
             api, control, kind = Ollama(rig.host, timeout_s=http_timeout), rig.server, "rig"
             server_pid = lambda: rig.server_pid  # noqa: E731  (follows restarts of the rig)

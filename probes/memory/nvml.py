@@ -6,7 +6,8 @@ pynvml-compatible object can stand in for the library (the queue-driven fake
 in the tests, the GPU simulator). A field the driver will not give (``Not
 Supported``, ``GPU is lost`` ...) reads as ``None``, never as a crash. By
 default all GPUs are summed, as Ollama spreads a model over every GPU it sees;
-``index`` picks one. ``devices()`` reads each GPU apart, only those
+``index`` picks one; a GPU in MIG mode counts as its MIG instances, in the
+sum too. ``devices()`` reads each GPU apart, only those
 ``CUDA_VISIBLE_DEVICES`` leaves visible (see :mod:`probes.memory.visible`),
 and a GPU in MIG mode as its MIG instances (``nvmlDeviceGetMigMode`` current
 mode 1; an empty instance slot answers Not Found and is skipped). A stand-in
@@ -58,6 +59,7 @@ class NvmlReader:
         self._lock = threading.Lock()
         self._handles: list | None = None
         self._indices: list[int] = []
+        self._memory: list | None = None   # the handles a summed reading reads (MIG instances for a MIG card)
         self._failure: str | None = None
         self._initialized = False
 
@@ -111,7 +113,7 @@ class NvmlReader:
             self._shutdown_locked()
 
     def _shutdown_locked(self) -> None:
-        self._handles = None
+        self._handles = self._memory = None
         atexit.unregister(self.close)
         if self._initialized:
             self._initialized = False
@@ -132,8 +134,22 @@ class NvmlReader:
         gpus = "1 GPU" if len(handles) == 1 else f"{len(handles)} GPUs"
         return True, f"NVML: {gpus}, {info.name}{suffix}"
 
-    def info(self) -> DeviceInfo:
+    def _memory_handles(self) -> list:
+        """What a summed reading reads: each GPU, or for a GPU in MIG mode its
+        MIG instances (the parent's memory info is the whole card's, while a
+        model only ever gets an instance's: a 40 GiB slice of an 80 GiB card
+        is a 40 GiB device). Raises _UnusableError like :meth:`_ensure`."""
         handles = self._ensure()
+        if self._memory is None:
+            out = []
+            for h in handles:
+                migs = self._mig_handles(h)
+                out += [mh for _, mh in migs] if migs else [h]
+            self._memory = out
+        return self._memory
+
+    def info(self) -> DeviceInfo:
+        handles = self._memory_handles()
         names = [self._field(self._lib.nvmlDeviceGetName, h) for h in handles]
         mems = [self._field(self._lib.nvmlDeviceGetMemoryInfo, h) for h in handles]
         totals = [getattr(m, "total", None) for m in mems]
@@ -149,7 +165,7 @@ class NvmlReader:
     def read(self) -> Reading:
         """Device-level used / total / free, summed over the GPUs read."""
         try:
-            handles = self._ensure()
+            handles = self._memory_handles()
         except _UnusableError:
             return Reading(time.monotonic(), None, None, None)
         mems = [self._field(self._lib.nvmlDeviceGetMemoryInfo, h) for h in handles]

@@ -1,0 +1,195 @@
+"""A diagnosis of several models that must stay loaded together.
+
+``oomvet diagnose --model A --also B``: the set's own loop between its rules
+(:mod:`rules.together`) and the world. It reads each model's context as the
+server gives it (a request without ``num_ctx``, then ``/api/ps``) and the
+server's ``OLLAMA_MAX_LOADED_MODELS`` as read (never assumed), measures the
+set (:func:`probes.together.measure`), then does what the rules ask: measure
+a model's lower-bit tags (:func:`probes.quant.run`, the same coherence check
+as the one-model method, and a filled point alone), retest an arrangement
+with every model at once (:func:`probes.together.retest`), or stop. The
+result is one plain dict (what ``--json`` prints and the files are made of).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from common.catalog import t
+from probes import quant, together
+from probes.base import known_keys
+from probes.memory import devices_of as devices_of_reader
+from probes.units import fmt_size
+from rules.coherence import failed_checks
+from rules.setplan import MIN_SET_CTX
+from rules.together import MAX_LOADED_UNSET, SetRules
+
+Say = Callable[[str], None]
+
+
+def server_max_loaded(control, gpus: int) -> tuple[int | None, str]:
+    """The server's OLLAMA_MAX_LOADED_MODELS as read, and where from: its
+    value; Ollama's default (3 per GPU, 3 on a CPU) when it was read as unset;
+    None when the server's settings were not read."""
+    env = control.env()
+    known = known_keys(control)
+    if env is None or (known is not None and "OLLAMA_MAX_LOADED_MODELS" not in known):
+        return None, "unread"
+    raw = str(env.get("OLLAMA_MAX_LOADED_MODELS") or "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw), "set"
+    return MAX_LOADED_UNSET * max(1, gpus), "default"
+
+
+def served_context(env, model: str, embedding: bool) -> int | None:
+    """The context the server gives ``model`` when a request names none (as
+    the user's clients send): loaded once, read from ``/api/ps``."""
+    if embedding:
+        env.api.embed(model, "OK")
+    else:
+        env.api.generate(model, "Say OK.", {"num_predict": 1, "temperature": 0})
+    row = env.api.loaded(model)
+    env.unload(model)
+    return row.context_length if row is not None else None
+
+
+def devices_of(world) -> list[dict]:
+    """Each device as the memory source reads it (one per card where the
+    source keeps them apart), with the limit that applies to the set."""
+    limit = {"limit_bytes": world.limit.bytes, "limit_from": "budget" if world.budget is not None else "device"}
+    try:
+        found = devices_of_reader(world.selection.reader)
+    except Exception:  # noqa: BLE001 - a device list that fails leaves the summed view below
+        found = []
+    if found:
+        return [{**d.to_dict(), **limit} for d in found]
+    fact = world.device_fact()
+    return [{"index": 0, "name": fact["name"], "vendor": fact["vendor"], "total_bytes": fact["total"],
+             "source": fact["source"], **limit}]
+
+
+class SetSession:
+    """One set diagnosis: ``run()`` returns the result dict and the exit code."""
+
+    def __init__(self, world, models: list[str], lang: str, say: Say):
+        self.world, self.env, self.models, self.lang, self.say = world, world.env, models, lang, say
+        self.steps: list[dict] = []
+        self.charts: list[dict] = []
+
+    def _probe(self, result) -> dict:
+        self.steps.append({"probe": result.name, "ok": result.ok, "error": result.error, "wall_s": result.wall_s,
+                           "facts": result.facts, "rows": result.rows})
+        self.charts += [c.to_dict() for c in result.charts]
+        return result.facts[-1] if result.facts else {}
+
+    def run(self) -> tuple[dict, int]:
+        env, say, lang = self.env, self.say, self.lang
+        if env.limit_bytes is None:
+            from common.errors import UsageError
+            raise UsageError(t("set.no_limit", lang))
+        members = []
+        for model in self.models:
+            embedding = env.api.show(model).embedding_only
+            ctx = served_context(env, model, embedding)
+            if ctx is None:
+                from common.errors import ProbeError
+                raise ProbeError(t("set.no_context", lang, model=model))
+            members.append(together.Member(model, int(ctx), embedding))
+        kinds = {m.model: m.embedding for m in members}
+        gpus = len(devices_of(self.world)) if env.on_gpu else 0
+        max_loaded, max_from = server_max_loaded(env.control, gpus)
+        say(t("set.start", lang, models=", ".join(f"{m.model} (num_ctx={m.num_ctx})" for m in members),
+              limit=fmt_size(env.limit_bytes),
+              max_loaded=max_loaded if max_loaded is not None else t("set.unread", lang),
+              source=t(f"set.from.{max_from}", lang)))
+        rules = SetRules([m.to_dict() for m in members], env.limit_bytes, max_loaded)
+        try:
+            say(t("set.measuring", lang, n=len(members)))
+            fact = self._probe(together.measure(env, members, floor=MIN_SET_CTX))
+            self._report_measure(fact)
+            step = rules.post(fact)
+            shown = 0
+            while True:
+                for line in rules.trail[shown:]:
+                    say("  " + (line["note_zh"] if lang == "zh" else line["note"]))
+                shown = len(rules.trail)
+                if step["action"] == "quant" and kinds[step["model"]]:
+                    # an embedding model's lower-bit tag gives other vectors: an index built with it no longer matches
+                    step = rules.post({"kind": "set_levels_done", "model": step["model"], "levels": -1})
+                elif step["action"] == "quant":
+                    step = self._levels(rules, step["model"], step["num_ctx"])
+                elif step["action"] == "retest":
+                    plan = step["plan"]
+                    say(t("set.retesting", lang, arrangement=_arrangement(plan), total=fmt_size(plan["total"]),
+                          env=" ".join(f"{k}={v}" for k, v in step["server_env"].items()) or "-"))
+                    trial = [together.Member(x["tag"], x["num_ctx"], kinds[x["model"]]) for x in plan["members"]]
+                    fact = self._probe(together.retest(env, trial, step["server_env"]))
+                    for d in fact.get("devices") or []:
+                        say(t("set.held", lang, label=d["label"], name=d["name"], held=fmt_size(d["held"])))
+                    step = rules.post(fact)
+                else:
+                    break
+        finally:
+            rules.close()
+        verified = bool(step["verified"])
+        plan = rules.plan.to_dict() if rules.plan is not None else None
+        result = {"kind": "set", "lang": lang, "models": [m.to_dict() for m in members],
+                  "max_loaded": {"value": max_loaded, "from": max_from}, "limit": env.limit_bytes,
+                  "fit_limit": rules.fit_limit, "causes": rules.causes, "plan": plan,
+                  "server_env": dict(rules.server_env), "verified": verified, "why": step["why"],
+                  "why_chain": rules.trail, "steps": self.steps, "charts": self.charts,
+                  "devices": devices_of(self.world), "engine": (self.world.server_fact or {}).get("engine"),
+                  "version": (self.world.server_fact or {}).get("version")}
+        if step["why"] in ("set_no_arrangement", "set_retests_spent"):  # stops no rule's sentence says
+            say("  " + t(f"setwhy.{step['why']}", lang, n=rules.retests))
+        say(t("set.verified" if verified else "set.not_verified", lang))
+        return result, (0 if verified else 1)
+
+    def _report_measure(self, fact: dict) -> None:
+        for a in fact["members"]:
+            for p in a["points"]:
+                self.say(t("set.alone", self.lang, model=a["model"], ctx=p["num_ctx"],
+                           peak=fmt_size(p["peak"]) if p["peak"] is not None else t("set.unmeasured", self.lang)))
+        peak = fact["together"]["peak"]
+        self.say(t("set.together", self.lang, peak=fmt_size(peak) if peak is not None else t("set.unmeasured", self.lang),
+                   listed=", ".join(fact["together"]["listed"]) or "-"))
+        for e in fact["evicted"]:
+            self.say(t("set.evicted", self.lang, model=e["model"], by=e["by"]))
+
+    def _levels(self, rules: SetRules, model: str, num_ctx: int) -> dict:
+        """The lower-bit tags of ``model``: each checked for coherence, and a
+        coherent one measured alone with its context filled."""
+        lower = quant.lower_levels(self.env.api, model)
+        if not lower:
+            return rules.post({"kind": "set_levels_done", "model": model, "levels": 0})
+        self.say(t("set.quant", self.lang, model=model))
+        trials = self._probe(quant.run(self.env, model, num_ctx=num_ctx, candidates=[tag for _, tag, _ in lower]))
+        prompts = together.Prompts(self.env)
+        for trial in self.steps[-1]["facts"] if trials else []:
+            if trial.get("kind") != "quant_trial":
+                continue
+            broken = failed_checks(trial) if trial.get("answered") else ["not answered"]
+            point = None
+            if not broken:
+                point, chart = together.alone(self.env, prompts, together.Member(trial["tag"], num_ctx), num_ctx)
+                self.charts.append(chart.to_dict())
+            rules.post({"kind": "set_level", "model": model, "tag": trial["tag"], "coherent": not broken,
+                        "peak": point["peak"] if point else None, "num_ctx": num_ctx, "bits": trial.get("bits")})
+        return rules.post({"kind": "set_levels_done", "model": model, "levels": len(lower)})
+
+
+def _arrangement(plan: dict) -> str:
+    return ", ".join(f"{x['tag']} num_ctx={x['num_ctx']}" for x in plan["members"])
+
+
+def summary(result: dict) -> dict[str, Any]:
+    """What ``diagnose --json`` prints for a set: the set, its plan, the devices."""
+    keys = ("models", "max_loaded", "limit", "fit_limit", "causes", "plan", "server_env", "verified", "why",
+            "why_chain", "devices", "engine", "version")
+    out = {k: result.get(k) for k in keys}
+    measured = next((s["facts"][0] for s in result.get("steps") or [] if s["probe"] == "together"), None)
+    if measured:
+        out["measured"] = {"alone": measured["members"], "together": measured["together"],
+                           "evicted": measured["evicted"]}
+    out["steps"] = [{"probe": s["probe"], "ok": s["ok"], "error": s["error"], "wall_s": round(s["wall_s"], 2)}
+                    for s in result.get("steps") or []]
+    return out
