@@ -11,7 +11,8 @@ job per module: :mod:`.arch` (a model's shape), :mod:`.levels`
 (quantization levels and tensor types), :mod:`.runner` (the legacy runner,
 v0.11.4: its estimate, layer placement and buffers), :mod:`.llama_server`
 (the current engine's buffers, v0.30+), :mod:`.engines` (what a load
-allocates on either engine, and a server's defaults). Callers import
+allocates on either engine, and a server's defaults), :mod:`.placement`
+(which GPU holds which layers when there are several). Callers import
 everything from here (``from probes import memmodel``).
 """
 from __future__ import annotations
@@ -25,6 +26,8 @@ from probes.memmodel.levels import (GGML_TYPE_SIZE, bits_per_weight, known_level
 from probes.memmodel.llama_server import (COMPUTE_TERMS, KV_PAD_CELLS, LLAMA_SERVER_KV_BYTES, compute_checked,
                                           llama_server_compute_bytes,
                                           llama_server_kv_bytes, llama_server_kv_per_token)
+from probes.memmodel.placement import (FIT_TARGET_BYTES, CardShare, Layers, Split, current_split, legacy_split,
+                                       model_layers, server_vram_prediction)
 from probes.memmodel.runner import (ESTIMATE_MIN_CTX, KV_ELEMENT_BYTES, MIN_GPU_BYTES_CUDA, MIN_GPU_BYTES_METAL,
                                     OLLAMA_ENGINE_ARCHS, Placement, effective_kv_type, graph_bytes,
                                     kv_bytes_per_token, kv_cache_bytes, output_layer_bytes, place,
@@ -40,4 +43,6 @@ __all__ = [
     "ESTIMATE_MIN_CTX", "KV_ELEMENT_BYTES", "MIN_GPU_BYTES_CUDA", "MIN_GPU_BYTES_METAL", "OLLAMA_ENGINE_ARCHS",
     "Placement", "runner_compute_bytes",
     "effective_kv_type", "graph_bytes", "kv_bytes_per_token", "kv_cache_bytes", "output_layer_bytes", "place",
+    "FIT_TARGET_BYTES", "CardShare", "Layers", "Split", "current_split", "legacy_split", "model_layers",
+    "server_vram_prediction",
 ]

@@ -57,7 +57,7 @@ def _cells(arch: Arch, num_ctx: int, num_parallel: int, min_cells: int = 0) -> i
     return max(clamp_ctx(arch, num_ctx) * max(int(num_parallel), 1), int(min_cells))
 
 
-def _kv_layers(arch: Arch, num_ctx: int, num_parallel: int, kv_type: str, num_batch: int,
+def kv_layers(arch: Arch, num_ctx: int, num_parallel: int, kv_type: str, num_batch: int,
                min_cells: int = 0) -> list[int]:
     """KV bytes of each layer. Sliding-window layers (gemma3: 5 of 6; gptoss:
     even layers) hold only ``parallel x window + batch`` cells."""
@@ -80,7 +80,7 @@ def kv_cache_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, kv_type: str
                    num_batch: int = 512) -> int:
     """The KV cache Ollama allocates at load: ``num_ctx x num_parallel`` cells,
     num_ctx first clamped to the model's training context."""
-    return sum(_kv_layers(arch, num_ctx, num_parallel, kv_type, num_batch))
+    return sum(kv_layers(arch, num_ctx, num_parallel, kv_type, num_batch))
 
 
 def graph_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, num_batch: int = 512,
@@ -115,7 +115,7 @@ def graph_bytes(arch: Arch, num_ctx: int, num_parallel: int = 1, num_batch: int 
         if arch.arch == "gemma3n":
             full, partial = full * 4, partial * 4
     else:
-        kv_total = sum(_kv_layers(arch, num_ctx, num_parallel, kv_type, num_batch, min_cells))
+        kv_total = sum(kv_layers(arch, num_ctx, num_parallel, kv_type, num_batch, min_cells))
         partial = (H // Hkv) * kv_total // 6
         full = partial
     return int(full), int(partial)
@@ -212,7 +212,7 @@ def place(arch: Arch, weights_bytes: int, num_ctx: int, num_parallel: int, num_b
     """
     weights_bytes = int(weights_bytes)
     kv_type = kv_type or "f16"
-    kv = _kv_layers(arch, num_ctx, num_parallel, kv_type, num_batch, estimate_min_ctx)
+    kv = kv_layers(arch, num_ctx, num_parallel, kv_type, num_batch, estimate_min_ctx)
     kv_total = sum(kv)
     full, partial = graph_bytes(arch, num_ctx, num_parallel, num_batch, kv_type, estimate_min_ctx)
     if compute_bytes is not None:
