@@ -275,7 +275,7 @@ def _server(r: _Reader, data: Any) -> ServerSpec:
 
 
 _ARCH_INTS = ("block_count", "head_count", "head_count_kv", "embedding_length", "context_length")
-_ARCH_OPTIONAL = ("vocab_size", "key_length", "value_length", "sliding_window")
+_ARCH_OPTIONAL = ("vocab_size", "key_length", "value_length", "sliding_window", "feed_forward_length")
 
 
 def _models(r: _Reader, data: Any) -> dict[str, ModelSpec]:

@@ -1,0 +1,184 @@
+"""Several models and several cards on the simulated GPU + Ollama (issue 34).
+
+The simulator places models as Ollama does, ported from Ollama's source on
+its own (oomsim/spread.py, oomsim/evict.py); oomvet's set diagnosis and its
+planner must agree with it:
+
+* an embedding model evicting the chat model on one 8 GiB card: the cause is
+  the server making room (its OLLAMA_MAX_LOADED_MODELS allows both), the set
+  fits at shorter contexts, and the retest keeps both wholly on the card;
+* the same card with more memory used by others: nothing fits, said so, and
+  no Modelfile is written;
+* OLLAMA_MAX_LOADED_MODELS=1 on the server: the setting is the cause, raised
+  to the set's size by a restart, and verified;
+* two cards of 24 and 12 GiB and a model that needs both: the plan's layer
+  split is the one the simulated scheduler logs;
+* a MIG slice: the limit is the slice's memory, not the card's.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from rich.cells import cell_len
+
+from assistant.cli import main
+from probes.memory.nvml import NvmlReader
+from probes.ollama_api import Ollama
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+CHAT, EMBED = "neohorse-1:q4_K_M", "neoembed-m3:f16"
+GiB = 1 << 30
+
+
+
+def _diagnose(capsys, scenario: Path, out: Path, *models: str, lang: str = "en") -> tuple[int, dict, str]:
+    argv = ["diagnose", "--simulate", str(scenario), "--model", models[0], "--out", str(out), "--json",
+            "--lang", lang]
+    for other in models[1:]:
+        argv += ["--also", other]
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.err
+
+
+def _scenario(tmp_path: Path, name: str, **server) -> Path:
+    data = yaml.safe_load((SCENARIOS / name).read_text())
+    data["server"].update(server)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_an_embedder_evicting_the_chat_model_is_the_server_making_room_and_shorter_contexts_fix_it(
+        capsys, tmp_path):
+    code, payload, err = _diagnose(capsys, SCENARIOS / "embedder_evicts.yaml", tmp_path, CHAT, EMBED)
+    found = payload["set"]
+    assert code == 0 and payload["verified"] is True, err[-3000:]
+    assert found["measured"]["evicted"] == [{"model": CHAT, "by": EMBED}]
+    assert found["causes"] == ["evicted_for_room"]
+    assert found["max_loaded"] == {"value": 3, "from": "default"} and found["server_env"] == {}
+    embedder = next(m for m in found["models"] if m["model"] == EMBED)
+    assert embedder["embedding"] is True
+    plan = {m["model"]: m for m in found["plan"]["members"]}
+    # shorter contexts, never under 2048, the tags unchanged (the embedder is never quantized)
+    assert found["plan"]["remedy"] == "context"
+    assert all(2048 <= m["num_ctx"] < 8192 and m["tag"] == m["model"] for m in plan.values())
+    doc = yaml.safe_load((tmp_path / "oomvet-set.yaml").read_text())
+    assert doc["verified"] is True and doc["measured"]["retest_dropped"] == []
+    assert doc["measured"]["retest_peak_bytes"] <= found["fit_limit"]
+    # which card holds what: the one card holds the whole set, as the simulated scheduler put it
+    held = doc["measured"]["retest_devices"]
+    assert len(held) == 1 and held[0]["held_bytes"] > 6 * GiB
+    for model, member in plan.items():
+        text = (tmp_path / f"Modelfile.{model.replace(':', '-')}").read_text()
+        assert f"FROM {member['tag']}\n" in text and f"PARAMETER num_ctx {member['num_ctx']}\n" in text
+    assert not (tmp_path / "ollama.env").exists()  # no server setting needed changing
+    assert "EVICTION" in err and "verified" in err
+
+
+def test_the_retest_keeps_both_models_wholly_on_the_card_in_api_ps(capsys, tmp_path):
+    code, payload, _ = _diagnose(capsys, SCENARIOS / "embedder_evicts.yaml", tmp_path, CHAT, EMBED)
+    assert code == 0
+    plan = {m["model"]: m for m in payload["set"]["plan"]["members"]}
+    # the plan's contexts, loaded on a fresh simulated server, both fully in VRAM, neither evicted
+    import oomsim as sim
+
+    with sim.start(str(SCENARIOS / "embedder_evicts.yaml")) as handle:
+        api = Ollama(handle.host)
+        api.generate(CHAT, "hello", {"num_ctx": plan[CHAT]["num_ctx"], "num_predict": 2})
+        api.embed(EMBED, "hello", {"num_ctx": plan[EMBED]["num_ctx"]})
+        rows = {r.name: r for r in api.ps()}
+    assert set(rows) == {CHAT, EMBED}
+    assert all(r.size_vram_bytes == r.size_bytes for r in rows.values())
+
+
+def test_when_nothing_fits_the_set_says_so_and_writes_no_modelfile(capsys, tmp_path):
+    data = yaml.safe_load((SCENARIOS / "embedder_evicts.yaml").read_text())
+    data["device"]["used_by_others"] = "900MiB"
+    scenario = tmp_path / "crowded.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    code, payload, err = _diagnose(capsys, scenario, out, CHAT, EMBED)
+    assert code == 1 and payload["verified"] is False
+    assert payload["set"]["why"] == "set_no_arrangement"
+    assert not list(out.glob("Modelfile.*")) and (out / "report.html").exists()
+    assert "no arrangement" in err
+
+
+def test_max_loaded_models_1_is_named_as_the_cause_and_raised_to_the_sets_size(capsys, tmp_path):
+    scenario = _scenario(tmp_path, "embedder_evicts.yaml", max_loaded_models=1)
+    data = yaml.safe_load(scenario.read_text())
+    data["device"]["total"] = "16GiB"   # room for both: only the setting evicts
+    scenario.write_text(yaml.safe_dump(data))
+    code, payload, err = _diagnose(capsys, scenario, tmp_path / "out", CHAT, EMBED)
+    found = payload["set"]
+    assert code == 0 and payload["verified"] is True, err[-2000:]
+    assert found["max_loaded"] == {"value": 1, "from": "set"}
+    assert found["causes"] == ["evicted_by_setting"]
+    assert found["server_env"] == {"OLLAMA_MAX_LOADED_MODELS": "2"}
+    assert found["plan"]["remedy"] == "as_is"
+    assert "OLLAMA_MAX_LOADED_MODELS=2\n" in (tmp_path / "out" / "ollama.env").read_text()
+
+
+def test_every_line_of_a_set_diagnosis_in_chinese_fits_80_columns_and_is_chinese(capsys, tmp_path):
+    code, payload, err = _diagnose(capsys, SCENARIOS / "embedder_evicts.yaml", tmp_path, CHAT, EMBED, lang="zh")
+    assert code == 0
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert all(cell_len(line) <= 80 for line in lines), max(lines, key=cell_len)
+    for key in ("驱逐", "整组已验证", "模型组"):
+        assert key in err
+    report = (tmp_path / "report.md").read_text()
+    assert "推理链" in report and "整组占用" in report
+    assert all(re.search(r"[\u4e00-\u9fff]", c["note_zh"]) for c in payload["set"]["why_chain"])
+
+
+def test_bad_set_input_is_one_line_and_exit_2(capsys, tmp_path):
+    for models, word in (((CHAT, CHAT), "same model"), ((CHAT, "nothing:here"), "does not have")):
+        argv = ["diagnose", "--simulate", str(SCENARIOS / "embedder_evicts.yaml"), "--model", models[0],
+                "--also", models[1], "--out", str(tmp_path / "x")]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert word in err and "Traceback" not in err
+    assert main(["diagnose", "--rig-env", "OLLAMA_X=1", "--simulate", str(SCENARIOS / "embedder_evicts.yaml"),
+                 "--model", CHAT, "--out", str(tmp_path / "y")]) == 2
+    assert "--rig" in capsys.readouterr().err
+    assert main(["diagnose", "--rig", "--rig-env", "PATH=/x", "--model", CHAT]) == 2
+    assert "OLLAMA_" in capsys.readouterr().err
+
+
+# --- several cards: the plan's placement against the simulated scheduler's ------------------
+
+def test_the_plans_split_over_24_and_12_gib_is_the_one_the_simulated_scheduler_logs(capsys):
+    import oomsim as sim
+
+    model = "neohorse-32b:q6_K"
+    assert main(["plan", "--simulate", str(SCENARIOS / "two_cards.yaml"), "--model", model,
+                 "--vram", "24GiB", "--vram", "12GiB", "--ctx", "4096", "--json"]) == 0
+    placement = json.loads(capsys.readouterr().out)["models"][0]["placement"]
+    planned = [c["layers"] for c in placement["cards"]]
+    assert placement["cpu_layers"] == 0 and placement["slow"] is False and len(planned) == 2
+    with sim.start(str(SCENARIOS / "two_cards.yaml")) as handle:
+        api = Ollama(handle.host)
+        assert api.generate(model, "hello", {"num_ctx": 4096, "num_predict": 2}).ok
+        logged = [line for line in handle.state.log if "layers.split=" in line][-1]
+        row = api.loaded(model)
+        per_card = [d.used_bytes for d in NvmlReader(lib=handle.nvml, env={}).devices()]
+    split = [int(x) for x in re.search(r"layers\.split=([\d,]+)", logged).group(1).split(",")]
+    assert planned == split
+    assert row.size_vram_bytes == row.size_bytes  # all on the two cards, none on the CPU
+    # and each card holds about what the plan puts there (the planned bytes include the graph each reserves)
+    for used, card in zip(per_card, placement["cards"]):
+        assert abs(used - card["bytes"]) / card["bytes"] < 0.05, (used, card)
+
+
+def test_a_mig_slice_is_the_device_and_its_limit(capsys):
+    assert main(["devices", "--simulate", str(SCENARIOS / "mig_slice.yaml"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    # the 80 GiB card in MIG mode is the 40 GiB instance Ollama was given, in the sum too
+    assert report["device"]["total_bytes"] == 40 * GiB and "MIG 3g.40gb" in report["device"]["name"]
+    assert [d["total_bytes"] for d in report["devices"]] == [40 * GiB]
+    assert report["limit"]["bytes"] == 40 * GiB
