@@ -96,21 +96,22 @@ def _short(env: ProbeEnv, member: Member, keep_alive) -> object:
 class Prompts:
     """The fill prompt per model: its tokens per copy of the paragraph are
     counted on the server (two short requests, one and three copies), so each
-    model's prompt fills its own context whatever its tokenizer."""
+    model's prompt fills its own context whatever its tokenizer; once per
+    model name, as every tag of a model shares its tokenizer."""
 
     def __init__(self, env: ProbeEnv):
         self.env = env
         self._cost: dict[str, tuple[int, int] | None] = {}
 
     def _count(self, member: Member) -> tuple[int, int] | None:
-        model = member.model
+        model = canonical_name(member.model).rsplit(":", 1)[0]   # a model's tags share its tokenizer
         if model not in self._cost:
             counts = []
             for units in (1, 3):
                 gen = send(self.env, member, filled(units, "set", stability_task(), numbered=False),
                            {"num_ctx": 4096, "num_predict": 1, "temperature": 0})
                 counts.append(gen.prompt_eval_count if gen.ok else None)
-            self.env.api.unload(model)
+            self.env.api.unload(member.model)
             good = None not in counts and counts[1] > counts[0]
             self._cost[model] = (counts[0], (counts[1] - counts[0]) // 2) if good else None
         return self._cost[model]

@@ -19,8 +19,10 @@ session) are:
   limit with the margin.
 
 After each reading, the next step is the first of: retest the arrangement
-:func:`rules.setplan.plan` finds under the limit; measure the lower-bit tags
-of the heaviest model not yet tried; stop (no arrangement fits). A retest
+:func:`rules.setplan.plan` finds under the limit; measure the next lower-bit
+tag (highest bits first, one at a time, so no tag is loaded that the plan
+does not need) of the heaviest model whose tags are not all tried; stop (no
+arrangement fits). A retest
 that went over tightens the plan's limit (:data:`RETEST_SHRINK`) at most
 :data:`MAX_RETESTS` times.
 """
@@ -109,7 +111,11 @@ with lang.ruleset(SET_RULESET):
     def _no_lower(s, f):
         s.decide()
 
-    @_rule("set_levels_done", 4, m.kind == "set_levels_done")
+    @_rule("set_levels_left", 4, (m.kind == "set_levels_done") & (m.remaining > 0))
+    def _levels_left(s, f):
+        s.decide()
+
+    @_rule("set_levels_done", 5, m.kind == "set_levels_done")
     def _levels_done(s, f):
         s.decide()
 
@@ -196,12 +202,13 @@ class SetRules:
                        failed_alone=any(not p["ok"] or p["peak"] is None for p in firsts),
                        alone_total=sum(p["peak"] or 0 for p in firsts), fit_limit=self.fit_limit)
         elif kind == "set_level":
-            self.tried.add(fact["model"])
             out.update(model=fact["model"], tag=fact["tag"], coherent=bool(fact.get("coherent")),
                        peak=int(fact.get("peak") or 0), num_ctx=fact.get("num_ctx"), bits=fact.get("bits"))
         elif kind == "set_levels_done":
-            self.tried.add(fact["model"])
-            out.update(model=fact["model"], levels=int(fact.get("levels") or 0))
+            if not fact.get("remaining"):
+                self.tried.add(fact["model"])
+            out.update(model=fact["model"], levels=int(fact.get("levels") or 0),
+                       remaining=int(fact.get("remaining") or 0))
         elif kind == "set_retest":
             self.retests += 1
             out.update(applied=bool(fact.get("applied")), answered=bool(fact.get("answered")),

@@ -197,3 +197,19 @@ def test_two_sessions_at_once_keep_their_own_facts():
     b.post(_set_fact({"chat": [(4096, 500), (2048, 400)], "embed": [(4096, 300), (2048, 250)]}))
     assert a.server_env == {"OLLAMA_MAX_LOADED_MODELS": "2"} and b.server_env == {}
     assert [x["rule"] for x in b.trail] == ["set_fits"]
+
+
+def test_lower_bit_tags_are_tried_one_at_a_time_until_the_set_fits():
+    rules = _rules(600)  # 570 with margin
+    rules.post(_set_fact({"chat": [(4096, 500), (2048, 400)], "embed": [(4096, 300), (2048, 250)]}))
+    rules.post({"kind": "set_level", "model": "chat", "tag": "chat:q8", "coherent": True, "peak": 460 * MiB,
+                "num_ctx": 4096})
+    # 460 - 100 at 2048 = 360, + 250 = 610: still over, and one more tag is on the server
+    step = rules.post({"kind": "set_levels_done", "model": "chat", "levels": 1, "remaining": 1})
+    assert rules.trail[-1]["rule"] == "set_levels_left" and step == {"action": "quant", "model": "chat",
+                                                                      "num_ctx": 4096}
+    rules.post({"kind": "set_level", "model": "chat", "tag": "chat:q4", "coherent": True, "peak": 400 * MiB,
+                "num_ctx": 4096})
+    step = rules.post({"kind": "set_levels_done", "model": "chat", "levels": 1, "remaining": 0})
+    assert step["action"] == "retest"
+    assert [m["tag"] for m in step["plan"]["members"]] == ["chat:q4", "embed"]

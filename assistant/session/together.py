@@ -74,6 +74,8 @@ class SetSession:
         self.world, self.env, self.models, self.lang, self.say = world, world.env, models, lang, say
         self.steps: list[dict] = []
         self.charts: list[dict] = []
+        self.measured_tags: set[str] = set()   # lower-bit tags already tried
+        self.prompts = together.Prompts(world.env)
 
     def _probe(self, result) -> dict:
         self.steps.append({"probe": result.name, "ok": result.ok, "error": result.error, "wall_s": result.wall_s,
@@ -114,7 +116,8 @@ class SetSession:
                 shown = len(rules.trail)
                 if step["action"] == "quant" and kinds[step["model"]]:
                     # an embedding model's lower-bit tag gives other vectors: an index built with it no longer matches
-                    step = rules.post({"kind": "set_levels_done", "model": step["model"], "levels": -1})
+                    step = rules.post({"kind": "set_levels_done", "model": step["model"], "levels": -1,
+                                       "remaining": 0})
                 elif step["action"] == "quant":
                     step = self._levels(rules, step["model"], step["num_ctx"])
                 elif step["action"] == "retest":
@@ -156,25 +159,26 @@ class SetSession:
             self.say(t("set.evicted", self.lang, model=e["model"], by=e["by"]))
 
     def _levels(self, rules: SetRules, model: str, num_ctx: int) -> dict:
-        """The lower-bit tags of ``model``: each checked for coherence, and a
-        coherent one measured alone with its context filled."""
-        lower = quant.lower_levels(self.env.api, model)
+        """The next lower-bit tag of ``model`` (highest bits first), checked
+        for coherence and, when coherent, measured alone with its context
+        filled; the rules then say whether it is enough or the next is needed."""
+        lower = [tag for _, tag, _ in quant.lower_levels(self.env.api, model) if tag not in self.measured_tags]
         if not lower:
-            return rules.post({"kind": "set_levels_done", "model": model, "levels": 0})
-        self.say(t("set.quant", self.lang, model=model))
-        trials = self._probe(quant.run(self.env, model, num_ctx=num_ctx, candidates=[tag for _, tag, _ in lower]))
-        prompts = together.Prompts(self.env)
-        for trial in self.steps[-1]["facts"] if trials else []:
-            if trial.get("kind") != "quant_trial":
-                continue
-            broken = failed_checks(trial) if trial.get("answered") else ["not answered"]
-            point = None
-            if not broken:
-                point, chart = together.alone(self.env, prompts, together.Member(trial["tag"], num_ctx), num_ctx)
-                self.charts.append(chart.to_dict())
-            rules.post({"kind": "set_level", "model": model, "tag": trial["tag"], "coherent": not broken,
-                        "peak": point["peak"] if point else None, "num_ctx": num_ctx, "bits": trial.get("bits")})
-        return rules.post({"kind": "set_levels_done", "model": model, "levels": len(lower)})
+            return rules.post({"kind": "set_levels_done", "model": model, "levels": 0, "remaining": 0})
+        tag = lower[0]
+        self.measured_tags.add(tag)
+        self.say(t("set.quant", self.lang, model=model, tag=tag))
+        trials = self._probe(quant.run(self.env, model, num_ctx=num_ctx, candidates=[tag]))
+        trial = next((f for f in self.steps[-1]["facts"] if f.get("kind") == "quant_trial"), None) if trials else None
+        broken = (failed_checks(trial) if trial.get("answered") else ["not answered"]) if trial else ["not tried"]
+        point = None
+        if not broken:
+            point, chart = together.alone(self.env, self.prompts, together.Member(tag, num_ctx), num_ctx)
+            self.charts.append(chart.to_dict())
+        rules.post({"kind": "set_level", "model": model, "tag": tag, "coherent": not broken,
+                    "peak": point["peak"] if point else None, "num_ctx": num_ctx,
+                    "bits": trial.get("bits") if trial else None})
+        return rules.post({"kind": "set_levels_done", "model": model, "levels": 1, "remaining": len(lower) - 1})
 
 
 def _arrangement(plan: dict) -> str:
