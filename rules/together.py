@@ -220,8 +220,8 @@ class SetRules:
     # --- what the rules' actions do ---------------------------------------------
     def _fired(self, name: str, fact: Mapping[str, Any]) -> None:
         en, zh = RULES[name]
-        fields = {**fact, "limit": format_size(self.limit), "fit_limit": format_size(self.fit_limit),
-                  "peak": format_size(fact.get("peak")), "alone_total": format_size(fact.get("alone_total")),
+        fields = {**fact, "limit": format_size(self.limit, 2), "fit_limit": format_size(self.fit_limit, 2),
+                  "peak": format_size(fact.get("peak"), 2), "alone_total": format_size(fact.get("alone_total"), 2),
                   "n": fact.get("n", len(self.members)), "max_loaded": self.max_loaded}
         self.trail.append({"rule": name, "note": en.format_map(_Loose(fields)),
                            "note_zh": zh.format_map(_Loose(fields))})

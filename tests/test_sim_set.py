@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 import yaml
+import pytest
 from rich.cells import cell_len
 
 from assistant.cli import main
@@ -182,3 +183,43 @@ def test_a_mig_slice_is_the_device_and_its_limit(capsys):
     assert report["device"]["total_bytes"] == 40 * GiB and "MIG 3g.40gb" in report["device"]["name"]
     assert [d["total_bytes"] for d in report["devices"]] == [40 * GiB]
     assert report["limit"]["bytes"] == 40 * GiB
+
+
+# --- the chat: "what else must stay loaded?" -----------------------------------------
+
+def _chat(tmp_path, first: str, answers: list[str], lang_hint: str = "en") -> tuple[int, str]:
+    from tests.chat_driver import run_chat
+
+    return run_chat(["--simulate", str(SCENARIOS / "embedder_evicts.yaml"), "--model", CHAT, "--out",
+                     str(tmp_path), "--budget", "7.7GiB", "--auto"], [first, *answers], width=80)
+
+
+@pytest.mark.parametrize("first, answer, words", [
+    ("My RAG app: the chat model keeps reloading every time the embedder runs", "neoembed-m3:f16, nonsense",
+     ("What else must stay loaded", "not on the server, left out: nonsense", "the set is verified")),
+    ("做 RAG 的时候，嵌入模型一跑，聊天模型就被卸载重新加载", "neoembed-m3",
+     ("还有哪些模型必须同时保持加载", "整组已验证")),
+])
+def test_the_chat_asks_what_else_must_stay_loaded_when_the_words_say_so(tmp_path, first, answer, words):
+    rc, screen = _chat(tmp_path, first, [answer, *[""] * 6])
+    assert rc == 0, screen[-3000:]
+    for word in words:
+        assert word in screen, screen[-3000:]
+    assert (tmp_path / "oomvet-set.yaml").exists() and (tmp_path / "Modelfile.neoembed-m3-f16").exists()
+
+
+def test_the_chat_does_not_ask_about_other_models_when_nothing_says_there_are_any(tmp_path):
+    from assistant.session.together import mentions_other_models
+
+    assert not mentions_other_models("NeoHorse-1 一加载就爆显存，上下文 2k 就够用了")
+    assert not mentions_other_models("Short prompts work, but with 8k context it runs out of memory")
+    assert mentions_other_models("loading the embedding model evicts my chat model")
+
+
+def test_names_in_an_answer_are_matched_to_the_servers_tags():
+    from assistant.session.together import names_in
+
+    tags = ["neohorse-1:q4_K_M", "neoembed-m3:f16", "neohorse-1:q8_0"]
+    assert names_in("neoembed-m3，neohorse-1:q8_0、x", tags) == (["neoembed-m3:f16", "neohorse-1:q8_0"], ["x"])
+    assert names_in("neohorse-1", tags) == ([], ["neohorse-1"])  # two tags of that name: not a guess
+    assert names_in("", tags) == ([], [])

@@ -20,6 +20,7 @@ from assistant.session.args import SessionOptions, add_session_args
 from assistant.session import readback
 from assistant.session.ui import ChatUI, QuitSession
 from assistant.journal.store import open_log, tracking
+from assistant.session.together import mentions_other_models, names_in
 from assistant.session.world import open_world
 
 
@@ -30,6 +31,9 @@ def add_parser(sub) -> None:
     add_session_args(p, auto="run every probe without asking for consent",
                      lang="answer in this language (default: the first message's)",
                      out="folder for the config and report (default oomvet-out)")
+    p.add_argument("--also", metavar="MODEL", action="append", default=[],
+                   help="another model that must stay loaded beside --model (repeat for more); without it the chat "
+                        "asks when your words mention an embedder, a second model or evictions")
     p.add_argument("--llm", metavar="MODEL", help="let a chat model help read your first message "
                    "(it is unloaded before anything is measured)")
     p.add_argument("--llm-host", metavar="URL", help="Ollama server for --llm (default: the one diagnosed)")
@@ -77,6 +81,11 @@ def run(args, console: Console | None = None, stream=None, *, resume_log=None) -
                 intake = _with_server_names(intake, first, world, ui)
                 intake = readback.confirm(ui, intake, fields=("model",))
             model = args.model or intake.model or ("neohorse-1:latest" if args.rig else None)
+            also = list(getattr(args, "also", None) or [])
+            if model and not also and resume_log is None and mentions_other_models(first):
+                also = _ask_also(ui, world, model)
+            if model and also:  # several models that must stay loaded together
+                return _run_set(console, world, options, [model, *also], lang)
             settle = options.settle_for(world)
             # journalled like diagnose: listed by `oomvet sessions`, resumable, nothing measured is lost
             log = open_log(options, world, model=model, lang=lang, settle_s=settle, first=first,
@@ -97,6 +106,29 @@ def run(args, console: Console | None = None, stream=None, *, resume_log=None) -
         if log is not None:
             console.print(t("chat.resume", sid=log.id), highlight=False, markup=False)
         return ExitCode.INTERRUPTED if stream is None else ExitCode.OK
+
+
+def _ask_also(ui, world, model: str) -> list[str]:
+    """"What else must stay loaded?", asked once: the server's tags the
+    answer names (Enter: nothing else); a word naming none is said and left out."""
+    ui.say(t("chat.also_q", model=model))
+    found, unknown = names_in(ui.read(t("chat.also_q", model=model)), ui.tags(world) or [])
+    if unknown:
+        ui.say(t("chat.also_unknown", names=", ".join(unknown)))
+    return [m for m in found if m != model]
+
+
+def _run_set(console, world, options, models: list[str], lang: str) -> int:
+    """The set's diagnosis (assistant/session/together.py), its files written all or nothing."""
+    from assistant.files.atomic import write_files
+    from assistant.files.set_outputs import set_files
+    from assistant.session.together import SetSession
+
+    say = lambda line: console.print(line, markup=False, highlight=False)  # noqa: E731
+    result, code = SetSession(world, models, lang, say).run()
+    paths = write_files(options.out, set_files(result), lang=lang)
+    say(t("set.wrote", lang, n=len(paths), out=options.out, names=", ".join(p.name for p in paths)))
+    return code
 
 
 def _journalled_intake(log):

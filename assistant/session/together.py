@@ -25,6 +25,42 @@ from rules.together import MAX_LOADED_UNSET, SetRules
 
 Say = Callable[[str], None]
 
+#: words that say another model shares the server (a RAG embedder, a second
+#: model, evictions and reloads), in English and Chinese: the chat then asks
+#: what else must stay loaded
+OTHER_MODEL_WORDS = ("embed", "rag", "another model", "other model", "second model", "two models", "both models",
+                     "evict", "unload", "reload", "keeps loading", "switching models",
+                     "嵌入", "向量", "另一个模型", "其他模型", "第二个模型", "两个模型", "同时加载", "驱逐", "卸载",
+                     "重新加载", "切换模型")
+
+
+def mentions_other_models(text: str) -> bool:
+    """Whether the user's words say another model shares the server."""
+    low = (text or "").lower()
+    return any(word in low for word in OTHER_MODEL_WORDS)
+
+
+def names_in(answer: str, tags: list[str]) -> tuple[list[str], list[str]]:
+    """The server's tags an answer names (a tag, or a bare name with one tag
+    of that name), and the words that name none. ``,``, ``，``, ``、``, ``;``
+    and spaces separate names."""
+    import re
+
+    from probes.ollama_api import canonical_name
+
+    found, unknown = [], []
+    by_name = {canonical_name(tag): tag for tag in tags}
+    for word in (w for w in re.split(r"[,，、;；\s]+", answer or "") if w):
+        tag = by_name.get(canonical_name(word))
+        if tag is None:
+            same = [t_ for t_ in tags if canonical_name(t_).split(":")[0] == word.lower()]
+            tag = same[0] if len(same) == 1 else None
+        if tag is None:
+            unknown.append(word)
+        elif tag not in found:
+            found.append(tag)
+    return found, unknown
+
 
 def server_max_loaded(control, gpus: int) -> tuple[int | None, str]:
     """The server's OLLAMA_MAX_LOADED_MODELS as read, and where from: its
