@@ -11,6 +11,8 @@ Read once with the model loaded (the baseline, after its load):
   Ollama's own processes hold as the memory source sees them;
 - this model split as the server's log gives it: weights, KV cache, compute
   (and output) buffers;
+- with several cards (or a MIG instance), each device read apart: which
+  card holds what;
 - unaccounted: in use, less the other processes, less what ``ollama ps``
   says the models hold. Users see ``ollama ps`` and nvidia-smi gigabytes
   apart; the ledger shows both figures and the gap instead of choosing.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes.base import ProbeEnv
-from probes.memory.base import OLLAMA_PROCESS
+from probes.memory.base import OLLAMA_PROCESS, devices_of
 
 #: the log's buffer kinds, as the ledger names them
 _KINDS = {"model": "weights", "KV": "kv_cache", "compute": "compute", "output": "output", "RS": "kv_cache"}
@@ -69,6 +71,11 @@ def read(env: ProbeEnv, model: str, buffers: list[dict] | None = None) -> dict:
     fact.update(total=total, free=free, in_use=in_use, others=others, others_total=others_total,
                 models=models, ollama_seen=ollama_seen, buffers=split or None,
                 unaccounted=unaccounted)
+    # several cards (or a MIG instance): a row per device, read apart, says which card holds what
+    cards = [d for d in (_safe(lambda: devices_of(env.reader)) or []) if not host]
+    if len(cards) > 1 or any(d.mig_parent is not None for d in cards):
+        fact["devices"] = [{"label": d.label, "name": d.name, "total": d.total_bytes, "used": d.used_bytes,
+                            "free": d.free_bytes} for d in cards]
     return fact
 
 

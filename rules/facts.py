@@ -304,6 +304,7 @@ class Ledger(_Fact):
     ollama_seen: int | None  # Ollama's processes, as the memory source reads them
     buffers: dict | None  # this model's weights / kv_cache / compute / output, from the server log
     unaccounted: int | None  # in use - others - what ollama ps says the models hold
+    devices: list = ABSENT  # [{label, name, total, used, free}] each card read apart, where there are several
 
 
 class Log(_Fact):

@@ -223,3 +223,20 @@ def test_names_in_an_answer_are_matched_to_the_servers_tags():
     assert names_in("neoembed-m3，neohorse-1:q8_0、x", tags) == (["neoembed-m3:f16", "neohorse-1:q8_0"], ["x"])
     assert names_in("neohorse-1", tags) == ([], ["neohorse-1"])  # two tags of that name: not a guess
     assert names_in("", tags) == ([], [])
+
+
+def test_the_ledger_of_a_model_on_two_cards_has_a_row_per_card():
+    from assistant.report.ledger import ledger_rows
+    from assistant.session.world import WorldOptions, open_world
+    from probes import ledger
+
+    model = "neohorse-32b:q6_K"
+    with open_world(WorldOptions(simulate=str(SCENARIOS / "two_cards.yaml")), log=lambda m: None) as world:
+        assert world.env.api.load(model, {"num_ctx": 4096}).ok
+        fact = ledger.read(world.env, model)
+    cards = fact["devices"]
+    assert [c["label"] for c in cards] == ["0", "1"] and [c["total"] for c in cards] == [24 * GiB, 12 * GiB]
+    assert all(c["used"] > 10 * GiB for c in cards)   # the model needs both
+    assert sum(c["used"] for c in cards) == fact["in_use"]
+    rows = dict(ledger_rows(fact, "zh"))
+    assert any(k.startswith("设备 1（NVIDIA GeForce RTX 3060）") for k in rows)

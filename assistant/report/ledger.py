@@ -35,6 +35,9 @@ def ledger_rows(fact: dict, lang: str | None = None) -> list[tuple[str, str]]:
     rows.append((t("ledger.ollama_seen", lang, source=fact.get("source") or "?"), size(fact.get("ollama_seen"))))
     rows.append((t("ledger.unaccounted", lang), size(fact.get("unaccounted"))))
     rows.append((t("ledger.free", lang), size(fact.get("free"))))
+    for d in fact.get("devices") or []:
+        rows.append((t("ledger.device", lang, label=d.get("label"), name=d.get("name") or "?"),
+                     t("ledger.device_use", lang, used=size(d.get("used")), total=size(d.get("total")))))
     return rows
 
 
