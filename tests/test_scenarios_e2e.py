@@ -69,6 +69,12 @@ EXPECT = {
     "eight_slots": {"cause": "concurrency", "exit": (0,), "stages": {"backend"}, "no_stages": {"context", "quant"},
                     "quant_type": "Q8_0", "ctx": (16384, 16384), "concurrency": 4, "kv_cache": "f16",
                     "advice": "fewer_slots", "repro": "spill"},
+    # several cards (issue 34): a 25 GiB model over 24 + 12 GiB runs on both at 8192, nothing spills
+    "two_cards": {"cause": "not_memory", "exit": (0,), "quant_type": "Q6_K", "model": "neohorse-32b:q6_K",
+                  "ctx": (8192, 8192), "advice": "default_truncates", "repro": "none"},
+    # a 40 GiB MIG slice of an 80 GiB card: the slice is the limit, so 32k spills and the context gives way
+    "mig_slice": {"cause": "kv_cache", "exit": (0,), "stages": {"context"}, "quant_type": "Q8_0",
+                  "model": "neohorse-32b:q8_0", "ctx": (8192, 16384), "advice": None, "repro": "spill"},
 }
 
 
@@ -131,6 +137,14 @@ def fits(scenario_name: str, config: dict, budget: str | None) -> tuple[bool, st
                    "compute_bytes": memmodel.llama_server_compute_bytes(model.arch, ctx, batch, slots,
                                                                         scn.server.flash_attention is not False,
                                                                         kv)}
+    if len(scn.devices) > 1:  # several cards: the simulator's own spread over all of them (legacy engine)
+        from oomsim import spread
+
+        assert engine_of(scn.server.version) == "runner", "a multi-card e2e oracle for llama-server is not written"
+        parts = spread.parts(model.arch, model.weights_bytes, ctx, int(config.get("max_concurrency") or 1), batch,
+                             kv, min_cells=memmodel.ESTIMATE_MIN_CTX)
+        split = spread.estimate(parts, [(i, d.total_bytes - d.used_by_others_bytes) for i, d in enumerate(scn.devices)])
+        return split.fully, f"{split}"
     p = memmodel.place(model.arch, model.weights_bytes, ctx, int(config.get("max_concurrency") or 1), batch,
                        kv, limit, **current)
     return p.full_gpu and p.size_vram_bytes <= limit, f"{p} vs limit {limit}"

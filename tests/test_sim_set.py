@@ -77,7 +77,10 @@ def test_an_embedder_evicting_the_chat_model_is_the_server_making_room_and_short
     for model, member in plan.items():
         text = (tmp_path / f"Modelfile.{model.replace(':', '-')}").read_text()
         assert f"FROM {member['tag']}\n" in text and f"PARAMETER num_ctx {member['num_ctx']}\n" in text
-    assert not (tmp_path / "ollama.env").exists()  # no server setting needed changing
+    # no server setting needed changing: the file only suggests, commented out, keeping the set loaded
+    env_lines = (tmp_path / "ollama.env").read_text().splitlines()
+    assert [line for line in env_lines if not line.startswith("#")] == []
+    assert "# OLLAMA_KEEP_ALIVE=-1" in env_lines and found["keep_alive"] == "5m"
     assert "EVICTION" in err and "verified" in err
 
 

@@ -38,7 +38,7 @@ def set_files(result: Mapping[str, Any]) -> dict[str, str | bytes]:
     if plan.get("fits"):
         for member in plan["members"]:
             files[f"Modelfile.{slug(member['model'])}"] = _modelfile(member, result, lang)
-    if result.get("server_env"):
+    if result.get("server_env") or (plan.get("fits") and _keeps_unloading(result)):
         files["ollama.env"] = _env(result, lang)
     charts = {f"set-chart-{i + 1}.png": chart_png(c, lang) for i, c in enumerate(result.get("charts") or [])}
     files.update(charts)
@@ -83,9 +83,18 @@ def _modelfile(member: Mapping[str, Any], result: Mapping[str, Any], lang: str) 
     return "\n".join(lines) + "\n"
 
 
+def _keeps_unloading(result: Mapping[str, Any]) -> bool:
+    """The server, as read, unloads an idle model after a while (OLLAMA_KEEP_ALIVE not negative)."""
+    value = result.get("keep_alive")
+    return value is not None and not str(value).startswith("-")
+
+
 def _env(result: Mapping[str, Any], lang: str) -> str:
     lines = [f"# {t('setfiles.env_head', lang)}", f"# {_verdict(result, lang)}"]
     lines += [f"{k}={v}" for k, v in (result.get("server_env") or {}).items()]
+    if _keeps_unloading(result):
+        # commented out: a suggestion, not part of what the retest verified
+        lines += [f"# {t('setfiles.keep_alive', lang, value=result['keep_alive'])}", "# OLLAMA_KEEP_ALIVE=-1"]
     return "\n".join(lines) + "\n"
 
 

@@ -76,6 +76,16 @@ def server_max_loaded(control, gpus: int) -> tuple[int | None, str]:
     return MAX_LOADED_UNSET * max(1, gpus), "default"
 
 
+def server_keep_alive(control) -> str | None:
+    """The server's OLLAMA_KEEP_ALIVE as read ("5m" when read as unset,
+    Ollama's default); None when the server's settings were not read."""
+    env = control.env()
+    known = known_keys(control)
+    if env is None or (known is not None and "OLLAMA_KEEP_ALIVE" not in known):
+        return None
+    return str(env.get("OLLAMA_KEEP_ALIVE") or "").strip() or "5m"
+
+
 def served_context(env, model: str, embedding: bool) -> int | None:
     """The context the server gives ``model`` when a request names none (as
     the user's clients send): loaded once, read from ``/api/ps``."""
@@ -173,6 +183,7 @@ class SetSession:
         plan = rules.plan.to_dict() if rules.plan is not None else None
         result = {"kind": "set", "lang": lang, "models": [m.to_dict() for m in members],
                   "max_loaded": {"value": max_loaded, "from": max_from}, "limit": env.limit_bytes,
+                  "keep_alive": server_keep_alive(env.control),
                   "fit_limit": rules.fit_limit, "causes": rules.causes, "plan": plan,
                   "server_env": dict(rules.server_env), "verified": verified, "why": step["why"],
                   "why_chain": rules.trail, "steps": self.steps, "charts": self.charts,
@@ -223,7 +234,7 @@ def _arrangement(plan: dict) -> str:
 
 def summary(result: dict) -> dict[str, Any]:
     """What ``diagnose --json`` prints for a set: the set, its plan, the devices."""
-    keys = ("models", "max_loaded", "limit", "fit_limit", "causes", "plan", "server_env", "verified", "why",
+    keys = ("models", "max_loaded", "keep_alive", "limit", "fit_limit", "causes", "plan", "server_env", "verified", "why",
             "why_chain", "devices", "engine", "version")
     out = {k: result.get(k) for k in keys}
     measured = next((s["facts"][0] for s in result.get("steps") or [] if s["probe"] == "together"), None)
