@@ -78,6 +78,15 @@ def _devices(env: ProbeEnv) -> list[dict]:
     return [{"label": d.label, "name": d.name, "used": d.used_bytes, "total": d.total_bytes} for d in found]
 
 
+def _unload(env: ProbeEnv, members: list[Member]) -> None:
+    """Unload the set's own models (each load is then measured from its
+    start); a model the user has loaded beside them stays, as in every probe."""
+    here = _names(env)
+    for m in members:
+        if _listed(m.model, here):
+            env.unload(m.model)
+
+
 def _names(env: ProbeEnv) -> set[str]:
     """The models ``/api/ps`` lists now, each spelled as :func:`canonical_name` spells it."""
     return {canonical_name(m.name) for m in env.api.ps()}
@@ -161,7 +170,7 @@ def measure(env: ProbeEnv, members: list[Member], keep_alive="10m", floor: int |
     result = ProbeResult("together", ok=False)
     prompts = Prompts(env)
     with restoring(env):
-        env.api.unload_all()
+        _unload(env, members)
         singles = []
         for member in members:
             points = []
@@ -213,7 +222,7 @@ def retest(env: ProbeEnv, members: list[Member], wanted_env: dict[str, str], kee
             result.facts.append({"kind": "set_retest", "members": [m.to_dict() for m in members],
                                  "applied": False, "unconfirmed": result.error, "measured": False})
             return result
-        env.api.unload_all()
+        _unload(env, members)
         seen: dict[str, list[bool]] = {m.model: [] for m in members}
         stop = threading.Event()
 

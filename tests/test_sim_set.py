@@ -243,3 +243,21 @@ def test_the_ledger_of_a_model_on_two_cards_has_a_row_per_card():
     assert sum(c["used"] for c in cards) == fact["in_use"]
     rows = dict(ledger_rows(fact, "zh"))
     assert any(k.startswith("设备 1（NVIDIA GeForce RTX 3060）") for k in rows)
+
+
+def test_a_model_the_user_has_loaded_beside_the_set_is_left_loaded(tmp_path):
+    from assistant.session.together import SetSession
+    from assistant.session.world import WorldOptions, open_world
+
+    data = yaml.safe_load((SCENARIOS / "embedder_evicts.yaml").read_text())
+    data["device"]["total"] = "24GiB"
+    data["models"]["other:q4_K_M"] = dict(data["models"][CHAT])
+    scenario = tmp_path / "three.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    with open_world(WorldOptions(simulate=str(scenario)), log=lambda m: None) as world:
+        api = world.env.api
+        assert api.load("other:q4_K_M", {"num_ctx": 4096}).ok
+        result, code = SetSession(world, [CHAT, EMBED], "en", lambda line: None).run()
+        after = {r.name: r.context_length for r in api.ps()}
+    assert code == 0 and result["verified"] is True
+    assert after == {"other:q4_K_M": 4096}   # put back as it was; the set's own models unloaded

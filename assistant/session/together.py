@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from common.catalog import t
 from probes import quant, together
-from probes.base import known_keys
+from probes.base import known_keys, restoring
 from probes.memory import devices_of as devices_of_reader
 from probes.units import fmt_size
 from rules.coherence import failed_checks
@@ -134,51 +134,20 @@ class SetSession:
         if env.limit_bytes is None:
             from common.errors import UsageError
             raise UsageError(t("set.no_limit", lang))
-        members = []
-        for model in self.models:
-            embedding = env.api.show(model).embedding_only
-            ctx = served_context(env, model, embedding)
-            if ctx is None:
-                from common.errors import ProbeError
-                raise ProbeError(t("set.no_context", lang, model=model))
-            members.append(together.Member(model, int(ctx), embedding))
-        kinds = {m.model: m.embedding for m in members}
-        gpus = len(devices_of(self.world)) if env.on_gpu else 0
-        max_loaded, max_from = server_max_loaded(env.control, gpus)
-        say(t("set.start", lang, models=", ".join(f"{m.model} (num_ctx={m.num_ctx})" for m in members),
-              limit=fmt_size(env.limit_bytes),
-              max_loaded=max_loaded if max_loaded is not None else t("set.unread", lang),
-              source=t(f"set.from.{max_from}", lang)))
-        rules = SetRules([m.to_dict() for m in members], env.limit_bytes, max_loaded)
-        try:
-            say(t("set.measuring", lang, n=len(members)))
-            fact = self._probe(together.measure(env, members, floor=MIN_SET_CTX))
-            self._report_measure(fact)
-            step = rules.post(fact)
-            shown = 0
-            while True:
-                for line in rules.trail[shown:]:
-                    say("  " + (line["note_zh"] if lang == "zh" else line["note"]))
-                shown = len(rules.trail)
-                if step["action"] == "quant" and kinds[step["model"]]:
-                    # an embedding model's lower-bit tag gives other vectors: an index built with it no longer matches
-                    step = rules.post({"kind": "set_levels_done", "model": step["model"], "levels": -1,
-                                       "remaining": 0})
-                elif step["action"] == "quant":
-                    step = self._levels(rules, step["model"], step["num_ctx"])
-                elif step["action"] == "retest":
-                    plan = step["plan"]
-                    say(t("set.retesting", lang, arrangement=_arrangement(plan), total=fmt_size(plan["total"]),
-                          env=" ".join(f"{k}={v}" for k, v in step["server_env"].items()) or "-"))
-                    trial = [together.Member(x["tag"], x["num_ctx"], kinds[x["model"]]) for x in plan["members"]]
-                    fact = self._probe(together.retest(env, trial, step["server_env"]))
-                    for d in fact.get("devices") or []:
-                        say(t("set.held", lang, label=d["label"], name=d["name"], held=fmt_size(d["held"])))
-                    step = rules.post(fact)
-                else:
-                    break
-        finally:
-            rules.close()
+        # the server as it was, Ctrl-C included: what the set loaded goes, what was loaded comes back
+        with restoring(env):
+            members = self._members()
+            gpus = len(devices_of(self.world)) if env.on_gpu else 0
+            max_loaded, max_from = server_max_loaded(env.control, gpus)
+            say(t("set.start", lang, models=", ".join(f"{m.model} (num_ctx={m.num_ctx})" for m in members),
+                  limit=fmt_size(env.limit_bytes),
+                  max_loaded=max_loaded if max_loaded is not None else t("set.unread", lang),
+                  source=t(f"set.from.{max_from}", lang)))
+            rules = SetRules([m.to_dict() for m in members], env.limit_bytes, max_loaded)
+            try:
+                step = self._loop(rules, members)
+            finally:
+                rules.close()
         verified = bool(step["verified"])
         plan = rules.plan.to_dict() if rules.plan is not None else None
         result = {"kind": "set", "lang": lang, "models": [m.to_dict() for m in members],
@@ -193,6 +162,48 @@ class SetSession:
             say("  " + t(f"setwhy.{step['why']}", lang, n=rules.retests))
         say(t("set.verified" if verified else "set.not_verified", lang))
         return result, (0 if verified else 1)
+
+    def _members(self) -> list[together.Member]:
+        """Each model at the context the server gives it, an embedder marked as one."""
+        members = []
+        for model in self.models:
+            embedding = self.env.api.show(model).embedding_only
+            ctx = served_context(self.env, model, embedding)
+            if ctx is None:
+                from common.errors import ProbeError
+                raise ProbeError(t("set.no_context", self.lang, model=model))
+            members.append(together.Member(model, int(ctx), embedding))
+        return members
+
+    def _loop(self, rules: SetRules, members: list[together.Member]) -> dict:
+        """Measure the set, then do what the rules ask until they say done; the done step."""
+        env, say, lang = self.env, self.say, self.lang
+        kinds = {m.model: m.embedding for m in members}
+        say(t("set.measuring", lang, n=len(members)))
+        fact = self._probe(together.measure(env, members, floor=MIN_SET_CTX))
+        self._report_measure(fact)
+        step = rules.post(fact)
+        shown = 0
+        while True:
+            for line in rules.trail[shown:]:
+                say("  " + (line["note_zh"] if lang == "zh" else line["note"]))
+            shown = len(rules.trail)
+            if step["action"] == "quant" and kinds[step["model"]]:
+                # an embedding model's lower-bit tag gives other vectors: an index built with it no longer matches
+                step = rules.post({"kind": "set_levels_done", "model": step["model"], "levels": -1, "remaining": 0})
+            elif step["action"] == "quant":
+                step = self._levels(rules, step["model"], step["num_ctx"])
+            elif step["action"] == "retest":
+                plan = step["plan"]
+                say(t("set.retesting", lang, arrangement=_arrangement(plan), total=fmt_size(plan["total"]),
+                      env=" ".join(f"{k}={v}" for k, v in step["server_env"].items()) or "-"))
+                trial = [together.Member(x["tag"], x["num_ctx"], kinds[x["model"]]) for x in plan["members"]]
+                fact = self._probe(together.retest(env, trial, step["server_env"]))
+                for d in fact.get("devices") or []:
+                    say(t("set.held", lang, label=d["label"], name=d["name"], held=fmt_size(d["held"])))
+                step = rules.post(fact)
+            else:
+                return step
 
     def _report_measure(self, fact: dict) -> None:
         for a in fact["members"]:
