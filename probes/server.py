@@ -33,6 +33,18 @@ from probes.serverlog import LogDigest, config_settings, parse_cmdline
 
 # environment variables that are server settings (LLAMA_ARG_*: llama-server's, passed through by v0.30+)
 SETTING_PREFIXES = ("OLLAMA_", "LLAMA_ARG_")
+#: the variables that say which GPUs a process may use (probes/memory/visible.py reads them)
+VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def visible_env(control) -> dict[str, str] | None:
+    """The server's own ``*_VISIBLE_DEVICES``, which decide the GPUs its models
+    may use (not oomvet's): a server oomvet started has what it was started
+    with, another one what its environment says when readable; None when it
+    was not read (the readers then go by oomvet's own environment)."""
+    if isinstance(control, ManagedServer):
+        return {k: v for k, v in control.process_env().items() if k in VISIBLE_VARS}
+    return getattr(control, "visible", None)
 
 
 class ServerControl(Protocol):
@@ -120,6 +132,8 @@ class ForeignServer:
         self.why = why or ("" if env is not None else "the server's settings were not read")
         self.known = None if env is None or known is None else frozenset(known)
         self._sources = dict(sources or {})  # key -> source, where keys came from different places
+        #: the server's own *_VISIBLE_DEVICES (which GPUs it may use), read with its environment; None: not read
+        self.visible: dict[str, str] | None = None
 
     @classmethod
     def of_process(cls, pid: int | None, log: LogDigest | None = None) -> ForeignServer:
@@ -141,7 +155,9 @@ class ForeignServer:
             return cls.of_readable(model_cmdlines(pid), log, why=denied)
         except psutil.Error as exc:
             return cls(why=f"process {pid} could not be read ({type(exc).__name__})")
-        return cls({k: v for k, v in environ.items() if k.startswith(SETTING_PREFIXES)}, source="environ")
+        server = cls({k: v for k, v in environ.items() if k.startswith(SETTING_PREFIXES)}, source="environ")
+        server.visible = {k: v for k, v in environ.items() if k in VISIBLE_VARS}
+        return server
 
     @classmethod
     def of_readable(cls, cmdlines: Sequence[str], log: LogDigest | None = None, *,

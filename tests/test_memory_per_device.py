@@ -54,10 +54,13 @@ def test_two_cards_of_different_sizes_are_read_apart():
     assert [d.uuid for d in reader.devices()] == nvml.uuids
 
 
-def test_the_summed_view_stays_what_it_was_whatever_is_visible():
+def test_the_summed_view_is_the_visible_cards_only():
+    # the server given CUDA_VISIBLE_DEVICES=1 uses the 24 GiB card alone: that is its device and its limit
     reader = NvmlReader(lib=two_cards(), env={"CUDA_VISIBLE_DEVICES": "1"})
     r, info = reader.read(), reader.info()
-    assert (r.used_bytes, r.total_bytes, info.count) == (12 * GiB, 104 * GiB, 2)
+    assert (r.used_bytes, r.total_bytes, info.count) == (2 * GiB, 24 * GiB, 1)
+    everything = NvmlReader(lib=two_cards(), env={})
+    assert (everything.read().total_bytes, everything.info().count) == (104 * GiB, 2)
     assert [d.index for d in reader.devices()] == [1]
 
 

@@ -81,8 +81,11 @@ def fake_ollama(tmp_path):
     which does not care what the program does)."""
     exe = tmp_path / "ollama"
     shutil.copy(shutil.which("sleep"), exe)
-    env = dict(os.environ, OLLAMA_NUM_PARALLEL="8", OLLAMA_KV_CACHE_TYPE="q8_0", LLAMA_ARG_FIT_TARGET="512")
+    env = dict(os.environ, OLLAMA_NUM_PARALLEL="8", OLLAMA_KV_CACHE_TYPE="q8_0", LLAMA_ARG_FIT_TARGET="512",
+               CUDA_VISIBLE_DEVICES="1")
     env.pop("OLLAMA_FLASH_ATTENTION", None)
+    env.pop("ROCR_VISIBLE_DEVICES", None)
+    env.pop("HIP_VISIBLE_DEVICES", None)
     proc = subprocess.Popen([str(exe), "30"], env=env)
     yield proc
     proc.kill()
@@ -96,6 +99,19 @@ def test_the_settings_are_read_from_the_server_process_environment(fake_ollama):
     assert got["OLLAMA_NUM_PARALLEL"] == "8" and got["OLLAMA_KV_CACHE_TYPE"] == "q8_0"
     assert got["LLAMA_ARG_FIT_TARGET"] == "512" and "OLLAMA_FLASH_ATTENTION" not in got
     assert all(k.startswith(("OLLAMA_", "LLAMA_ARG_")) for k in got)  # nothing else of the user's
+
+
+def test_the_gpus_the_server_may_use_are_its_own_visible_devices_not_oomvets(fake_ollama):
+    from probes.memory.nvml import NvmlReader
+    from probes.server import visible_env
+    from tests.fake_nvml import GiB, FakeNvml
+
+    server = ForeignServer.of_process(fake_ollama.pid)
+    assert visible_env(server) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert visible_env(ForeignServer.of_process(None)) is None   # not read: oomvet's own environment applies
+    nvml = FakeNvml(gpus=("NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090"))
+    nvml.enqueue_memory(used=10 * GiB, total=80 * GiB, gpu=0).enqueue_memory(used=2 * GiB, total=24 * GiB, gpu=1)
+    assert NvmlReader(lib=nvml, env=visible_env(server)).read().total_bytes == 24 * GiB
 
 
 def test_a_process_that_is_not_ollama_or_none_at_all_leaves_the_settings_unknown():

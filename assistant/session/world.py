@@ -28,7 +28,7 @@ from probes.ollama_api import Ollama
 from probes.serverinfo import read_server
 from probes.serverlog import find_log
 from probes.serverlog import parse as parse_log
-from probes.server import DEFAULT_HOST, SETTING_PREFIXES, ForeignServer
+from probes.server import DEFAULT_HOST, SETTING_PREFIXES, ForeignServer, visible_env
 
 
 def add_world_args(parser: argparse.ArgumentParser, *, model_required: bool = False) -> None:
@@ -195,8 +195,9 @@ def open_world(options: WorldOptions, log=None) -> Iterator[World]:
             log(t("world.blind", host=api.host))
             selection = remote_selection(api.host)
         else:
+            # the GPUs the server may use are its own *_VISIBLE_DEVICES', where they were read
             selection = select_reader(options.memory_source, server_pid=server_pid,
-                                      nvml_lib=nvml_lib, smi_runner=smi_runner)
+                                      nvml_lib=nvml_lib, smi_runner=smi_runner, env=visible_env(control))
         stack.callback(selection.reader.close)
         info = selection.reader.info()
         # memory a model already holds on the GPU is ours to reuse when probes reload it

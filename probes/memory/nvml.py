@@ -6,8 +6,8 @@ pynvml-compatible object can stand in for the library (the queue-driven fake
 in the tests, the GPU simulator). A field the driver will not give (``Not
 Supported``, ``GPU is lost`` ...) reads as ``None``, never as a crash. By
 default all GPUs are summed, as Ollama spreads a model over every GPU it sees;
-``index`` picks one; a GPU in MIG mode counts as its MIG instances, in the
-sum too. ``devices()`` reads each GPU apart, only those
+``index`` picks one; only the GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible
+count, and a GPU in MIG mode counts as its MIG instances, in the sum too. ``devices()`` reads each GPU apart, only those
 ``CUDA_VISIBLE_DEVICES`` leaves visible (see :mod:`probes.memory.visible`),
 and a GPU in MIG mode as its MIG instances (``nvmlDeviceGetMigMode`` current
 mode 1; an empty instance slot answers Not Found and is skipped). A stand-in
@@ -135,17 +135,15 @@ class NvmlReader:
         return True, f"NVML: {gpus}, {info.name}{suffix}"
 
     def _memory_handles(self) -> list:
-        """What a summed reading reads: each GPU, or for a GPU in MIG mode its
-        MIG instances (the parent's memory info is the whole card's, while a
-        model only ever gets an instance's: a 40 GiB slice of an 80 GiB card
-        is a 40 GiB device). Raises _UnusableError like :meth:`_ensure`."""
+        """What a summed reading reads: the GPUs the environment leaves
+        visible, and for a GPU in MIG mode its MIG instances (the parent's
+        memory info is the whole card's, while a model only ever gets an
+        instance's: a 40 GiB slice of an 80 GiB card is a 40 GiB device).
+        When nothing is visible (an empty CUDA_VISIBLE_DEVICES), every GPU,
+        as before. Raises _UnusableError like :meth:`_ensure`."""
         handles = self._ensure()
         if self._memory is None:
-            out = []
-            for h in handles:
-                migs = self._mig_handles(h)
-                out += [mh for _, mh in migs] if migs else [h]
-            self._memory = out
+            self._memory = [unit[1] for unit in self._units()] or handles
         return self._memory
 
     def info(self) -> DeviceInfo:
@@ -198,9 +196,14 @@ class NvmlReader:
     def devices(self) -> list[DeviceReading]:
         """Each visible GPU, or each MIG instance of one in MIG mode, read apart."""
         try:
-            handles = self._ensure()
+            return [self._device(*unit) for unit in self._units()]
         except _UnusableError:
             return []
+
+    def _units(self) -> list[tuple]:
+        """``(index, handle, mig parent or None, uuid)`` of every visible GPU,
+        a GPU in MIG mode as its instances."""
+        handles = self._ensure()
         candidates, instances = [], {}
         for index, h in zip(self._indices, handles):
             uuid = self._uuid(h)
@@ -214,7 +217,7 @@ class NvmlReader:
             index, _, parent, _ = c.item
             for unit in instances.get(index, [c.item]) if parent is None else [c.item]:
                 units.setdefault((unit[2], unit[0]), unit)
-        return [self._device(*unit) for unit in units.values()]
+        return list(units.values())
 
     def _mig_handles(self, handle) -> list | None:
         """The MIG instances of a GPU in MIG mode as (index, handle); None when
