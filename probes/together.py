@@ -252,14 +252,17 @@ def retest(env: ProbeEnv, members: list[Member], wanted_env: dict[str, str], kee
             gens: list = [None] * len(members)
             options = [{"num_ctx": m.num_ctx, "num_predict": NUM_PREDICT, "temperature": 0, "seed": SEED}
                        for m in members]
+            # daemons: Ctrl-C ends the wait at once, and the restore settles what is still running on the server
             threads = [threading.Thread(target=lambda i=i, m=m: gens.__setitem__(
-                i, send(env, m, task, options[i], keep_alive))) for i, m in enumerate(members)]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+                i, send(env, m, task, options[i], keep_alive)), daemon=True) for i, m in enumerate(members)]
+            try:
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+            finally:
+                stop.set()
             step.mark("answered")
-            stop.set()
             watcher.join()
             listed = _names(env)
         result.charts.append(step.chart())

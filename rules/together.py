@@ -9,8 +9,9 @@ session) are:
 
 * ``set``: each model alone and the set together. What failed: an eviction
   the server's ``OLLAMA_MAX_LOADED_MODELS`` explains (read, and lower than the
-  set), an eviction to make room, a model that would not load alone, or the
-  models' peaks adding up over the limit; or nothing (the set fits).
+  set), an eviction with that setting not read (either cause: said so), an
+  eviction to make room, a model that would not load alone, or the models'
+  peaks adding up over the limit; or nothing (the set fits).
 * ``set_level``: a lower-bit tag of one model, measured alone and checked
   for coherence.
 * ``set_retest``: the fixed task against every model at once; the set held
@@ -28,6 +29,7 @@ that went over tightens the plan's limit (:data:`RETEST_SHRINK`) at most
 """
 from __future__ import annotations
 
+import importlib
 import uuid
 from typing import Any, Mapping
 
@@ -79,17 +81,23 @@ with lang.ruleset(SET_RULESET):
         s.cause("evicted_by_setting")
         s.decide()
 
-    @_rule("set_evicted_for_room", 3, (m.kind == "set") & (m.evictions > 0))
+    @_rule("set_evicted_setting_unread", 3,
+           (m.kind == "set") & (m.evictions > 0) & (m.max_loaded_read == False))  # noqa: E712
+    def _unread(s, f):
+        s.cause("evicted_setting_unread")
+        s.decide()
+
+    @_rule("set_evicted_for_room", 4, (m.kind == "set") & (m.evictions > 0))
     def _for_room(s, f):
         s.cause("evicted_for_room")
         s.decide()
 
-    @_rule("set_over_limit", 4, (m.kind == "set") & (m.alone_total > m.fit_limit))
+    @_rule("set_over_limit", 5, (m.kind == "set") & (m.alone_total > m.fit_limit))
     def _over(s, f):
         s.cause("over_limit")
         s.decide()
 
-    @_rule("set_fits", 5, m.kind == "set")
+    @_rule("set_fits", 6, m.kind == "set")
     def _fits(s, f):
         s.cause("fits")
         s.decide()
@@ -136,15 +144,15 @@ with lang.ruleset(SET_RULESET):
     def _spilled(s, f):
         s.tighten()
 
-    @_rule("set_retest_over", 4, (m.kind == "set_retest") & (m.peak > m.fit_limit))
+    @_rule("set_retest_over", 5, (m.kind == "set_retest") & (m.peak > m.fit_limit))
     def _over_retest(s, f):
         s.tighten(over=f["peak"])
 
-    @_rule("set_retest_unmeasured", 5, (m.kind == "set_retest") & (m.measured == False))  # noqa: E712
+    @_rule("set_retest_unmeasured", 6, (m.kind == "set_retest") & (m.measured == False))  # noqa: E712
     def _unmeasured(s, f):
         s.stop(False, "set_retest_unmeasured")
 
-    @_rule("set_retest_held", 6, m.kind == "set_retest")
+    @_rule("set_retest_held", 7, m.kind == "set_retest")
     def _held(s, f):
         s.stop(True, "set_retest_held")
 
@@ -157,6 +165,10 @@ class SetRules:
     def __init__(self, members: list[Mapping[str, Any]], limit: int, max_loaded: int | None):
         """``members``: each ``{"model", "num_ctx"}``; ``max_loaded``: the
         server's OLLAMA_MAX_LOADED_MODELS as read (None: not read)."""
+        # durable_rules builds its host from the rulesets defined at the first
+        # post: the one-model tree must be whole by then, or a later session's
+        # Advisor finds its rules missing ("Could not handle message")
+        importlib.import_module("rules.kb")
         self.sid = uuid.uuid4().hex
         self.members = [dict(x) for x in members]
         self.limit = int(limit)
@@ -199,6 +211,7 @@ class SetRules:
             firsts = [pts[0] for pts in points.values()]
             out.update(n=len(fact["members"]), evictions=len(fact["evicted"]),
                        max_loaded=self.max_loaded if self.max_loaded is not None else 1 << 30,
+                       max_loaded_read=self.max_loaded is not None,
                        failed_alone=any(not p["ok"] or p["peak"] is None for p in firsts),
                        alone_total=sum(p["peak"] or 0 for p in firsts), fit_limit=self.fit_limit)
         elif kind == "set_level":

@@ -329,13 +329,25 @@ def test_a_source_that_cannot_tell_devices_apart_says_so(lang, words):
     assert words in render(report, lang, width=80)
 
 
-def test_the_summed_reading_of_a_mig_card_is_its_instances_not_the_whole_card():
-    # a model only ever gets an instance: the 80 GiB card in MIG mode is 40 + 20 GiB of devices
+def _sliced() -> FakeNvml:
     nvml = FakeNvml(gpus=(A100,)).with_mig(0, {0: MIG_3G, 2: MIG_2G})
     nvml.enqueue_memory(used=30 * GiB, total=80 * GiB, gpu=0)  # the parent: what the sum must not read
     nvml.enqueue_memory(used=1 * GiB, total=40 * GiB, gpu=0, mig=0)
     nvml.enqueue_memory(used=3 * GiB, total=20 * GiB, gpu=0, mig=2)
-    reader = NvmlReader(lib=nvml, env={})
+    return nvml
+
+
+def test_the_summed_reading_of_a_mig_card_is_the_one_instance_a_process_gets():
+    # a CUDA process (Ollama's) gets one MIG instance, the first visible: 40 GiB, not the card's 80 nor 40 + 20
+    reader = NvmlReader(lib=_sliced(), env={})
     reading = reader.read()
-    assert (reading.total_bytes, reading.used_bytes, reading.free_bytes) == (60 * GiB, 4 * GiB, 56 * GiB)
-    assert reader.info().total_bytes == 60 * GiB and reader.info().count == 2
+    assert (reading.total_bytes, reading.used_bytes, reading.free_bytes) == (40 * GiB, 1 * GiB, 39 * GiB)
+    assert reader.info().total_bytes == 40 * GiB and reader.info().count == 1
+    assert [d.label for d in reader.devices()] == ["0:0", "0:2"]  # every instance is still listed
+
+
+def test_the_instance_the_servers_cuda_visible_devices_names_is_the_one_summed():
+    nvml = _sliced()
+    second = NvmlReader(lib=nvml, env={}).devices()[1].uuid
+    reader = NvmlReader(lib=_sliced(), env={"CUDA_VISIBLE_DEVICES": second})
+    assert reader.read().total_bytes == 20 * GiB and reader.read().used_bytes == 3 * GiB

@@ -99,13 +99,21 @@ def test_an_eviction_the_servers_max_loaded_explains_sets_it_to_the_sets_size():
     assert [m["num_ctx"] for m in step["plan"]["members"]] == [4096, 4096]  # 800 MiB fits under 950
 
 
-def test_an_eviction_with_max_loaded_unread_or_high_enough_is_the_server_making_room():
-    for max_loaded in (None, 3):
-        rules = _rules(1000, max_loaded=max_loaded)
-        rules.post(_set_fact({"chat": [(4096, 500), (2048, 400)], "embed": [(4096, 300), (2048, 250)]},
-                             evicted=[("chat", "embed")]))
-        assert rules.trail[0]["rule"] == "set_evicted_for_room"
-        assert rules.server_env == {}  # a setting not read is never changed on a guess
+def test_an_eviction_with_max_loaded_high_enough_is_the_server_making_room():
+    rules = _rules(1000, max_loaded=3)
+    rules.post(_set_fact({"chat": [(4096, 500), (2048, 400)], "embed": [(4096, 300), (2048, 250)]},
+                         evicted=[("chat", "embed")]))
+    assert rules.trail[0]["rule"] == "set_evicted_for_room" and rules.causes == ["evicted_for_room"]
+    assert rules.server_env == {}
+
+
+def test_an_eviction_with_max_loaded_unread_names_both_causes_and_changes_no_setting_on_a_guess():
+    rules = _rules(1000, max_loaded=None)
+    step = rules.post(_set_fact({"chat": [(4096, 500), (2048, 400)], "embed": [(4096, 300), (2048, 250)]},
+                                evicted=[("chat", "embed")]))
+    assert rules.trail[0]["rule"] == "set_evicted_setting_unread"
+    assert "OLLAMA_MAX_LOADED_MODELS was not read" in rules.trail[0]["note"]
+    assert rules.server_env == {} and step["action"] == "retest"
 
 
 def test_models_that_fit_alone_but_not_together_get_shorter_contexts_then_a_retest():
@@ -213,3 +221,22 @@ def test_lower_bit_tags_are_tried_one_at_a_time_until_the_set_fits():
     step = rules.post({"kind": "set_levels_done", "model": "chat", "levels": 1, "remaining": 0})
     assert step["action"] == "retest"
     assert [m["tag"] for m in step["plan"]["members"]] == ["chat:q4", "embed"]
+
+
+def test_a_set_session_first_in_a_process_leaves_the_one_model_tree_whole():
+    # durable_rules builds its host at the first post from the rulesets defined by then: a set
+    # posted first (the tree half-defined, as rules.rulebook alone leaves it) once made every later
+    # one-model session fail with "Could not handle message" (found running the chat after a set)
+    import subprocess
+    import sys
+
+    code = (
+        "import rules.rulebook\n"
+        "from rules.together import SetRules\n"
+        "s = SetRules([{'model': 'a', 'num_ctx': 1024}, {'model': 'b', 'num_ctx': 1024}], 700 << 20, 1)\n"
+        "s.post({'kind': 'set', 'evicted': [], 'members': [{'model': m, 'num_ctx': 1024, 'points': "
+        "[{'num_ctx': 1024, 'peak': 300 << 20, 'ok': True}]} for m in 'ab']})\n"
+        "from rules.engine import Advisor\n"
+        "print(Advisor().post({'kind': 'symptom', 'phase': 'load', 'text': 'OOM at load'})['action'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ask", done.stderr[-2000:]

@@ -20,8 +20,10 @@ from assistant.session.args import SessionOptions, add_session_args
 from assistant.session import readback
 from assistant.session.ui import ChatUI, QuitSession
 from assistant.journal.store import open_log, tracking
-from assistant.session.together import mentions_other_models, names_in
+from assistant.intake.others import mentions_other_models, names_in
+from assistant.session.together import diagnose_set
 from assistant.session.world import open_world
+from probes.ollama_api import canonical_name
 
 
 def add_parser(sub) -> None:
@@ -115,20 +117,13 @@ def _ask_also(ui, world, model: str) -> list[str]:
     found, unknown = names_in(ui.read(t("chat.also_q", model=model)), ui.tags(world) or [])
     if unknown:
         ui.say(t("chat.also_unknown", names=", ".join(unknown)))
-    return [m for m in found if m != model]
+    return [m for m in found if canonical_name(m) != canonical_name(model)]
 
 
 def _run_set(console, world, options, models: list[str], lang: str) -> int:
     """The set's diagnosis (assistant/session/together.py), its files written all or nothing."""
-    from assistant.files.atomic import write_files
-    from assistant.files.set_outputs import set_files
-    from assistant.session.together import SetSession
-
     say = lambda line: console.print(line, markup=False, highlight=False)  # noqa: E731
-    result, code = SetSession(world, models, lang, say).run()
-    paths = write_files(options.out, set_files(result), lang=lang)
-    say(t("set.wrote", lang, n=len(paths), out=options.out, names=", ".join(p.name for p in paths)))
-    return code
+    return diagnose_set(world, models, lang, say, options.out)[1]
 
 
 def _journalled_intake(log):

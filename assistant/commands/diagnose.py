@@ -86,34 +86,17 @@ def run(args, *, resume_log=None) -> int:
 
 def run_set(args, options, models: list[str], lang: str, err: Console) -> int:
     """``--also``: several models that must stay loaded together (assistant/session/together.py)."""
-    from assistant.files.atomic import write_files
-    from assistant.files.set_outputs import set_files
-    from assistant.session.together import SetSession, summary
+    from assistant.session.together import diagnose_set, summary
     from common.errors import UsageError
+    from probes.ollama_api import canonical_name
 
-    if len({m.lower() for m in models}) < len(models):
+    if len({canonical_name(m) for m in models}) < len(models):  # before any server is reached
         raise UsageError(t("diagnose.set_twice", lang, models=", ".join(models)))
     say = lambda line: err.print(line, markup=False, highlight=False)  # noqa: E731
     with open_world(options.world, log=say) as world:
-        missing = [m for m in models if world.env.api.loaded(m) is None and not _served(world, m)]
-        if missing:
-            raise UsageError(t("diagnose.set_missing", lang, models=", ".join(missing)))
-        result, code = SetSession(world, models, lang, say).run()
-    paths = write_files(options.out, set_files(result), lang=lang)
-    say(t("set.wrote", lang, n=len(paths), out=options.out, names=", ".join(p.name for p in paths)))
+        result, code, paths = diagnose_set(world, models, lang, say, options.out)
     if args.json:
         payload = {"set": summary(result), "devices": result["devices"], "verified": result["verified"],
                    "out": str(options.out), "files": [str(p) for p in paths]}
         sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False) + "\n")
     return code
-
-
-def _served(world, model: str) -> bool:
-    """Whether the server has ``model`` (``ollama show`` answers)."""
-    from common.errors import ModelNotFoundError
-
-    try:
-        world.env.api.show(model)
-    except ModelNotFoundError:
-        return False
-    return True

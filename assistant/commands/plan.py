@@ -30,6 +30,7 @@ from common.errors import ExitCode, UsageError
 from assistant.session.world import WorldOptions, add_world_args, open_world, require_model
 from probes import memmodel, predict
 from probes.base import known_keys
+from probes.memory import devices_of
 from probes.units import SizeError, fmt_size, parse_size
 from rules.setplan import MIN_SET_CTX, fit_contexts
 from rules.thresholds import SAFETY_MARGIN_FRACTION, fit_limit
@@ -244,7 +245,7 @@ def run(args) -> int:
             planned = _Card("nvidia", sum(cards))   # GPUs of those sizes: their sum sets the default context
         else:
             planned = device  # what this device can give (or --budget)
-            cards = [int(world.limit.bytes)] if getattr(device, "vendor", None) in _GPUS else []
+            cards = _cards_here(world) if getattr(device, "vendor", None) in _GPUS else []
         card = sum(cards) or int(world.limit.bytes)
         result = plan(api, model, planned, control.env(), card, ctx, parallel, kv, args.fa, also=also, cards=cards,
                       known=known_keys(control))
@@ -270,6 +271,15 @@ def run(args) -> int:
     out.print(t("cmd_plan.expected_error", peak=_pct(error["peak"]), buffers=_pct(error["buffers"])),
               highlight=False)
     return ExitCode.OK
+
+
+def _cards_here(world) -> list[int]:
+    """The cards of this machine the server may use, each read apart; with
+    one card (or a --budget, which is one limit) that limit alone."""
+    found = devices_of(world.selection.reader)
+    if len(found) > 1 and world.budget is None and all(d.total_bytes for d in found):
+        return [int(d.total_bytes) for d in found]
+    return [int(world.limit.bytes)]
 
 
 def render_set(out: Console, result: dict) -> None:

@@ -90,7 +90,8 @@ def _keeps_unloading(result: Mapping[str, Any]) -> bool:
 
 
 def _env(result: Mapping[str, Any], lang: str) -> str:
-    lines = [f"# {t('setfiles.env_head', lang)}", f"# {_verdict(result, lang)}"]
+    head = "setfiles.env_head" if result.get("server_env") else "setfiles.env_suggest_head"
+    lines = [f"# {t(head, lang)}", f"# {_verdict(result, lang)}"]
     lines += [f"{k}={v}" for k, v in (result.get("server_env") or {}).items()]
     if _keeps_unloading(result):
         # commented out: a suggestion, not part of what the retest verified

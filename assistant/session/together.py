@@ -15,8 +15,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from common.catalog import t
+from common.errors import ModelNotFoundError, ProbeError, UsageError
 from probes import quant, together
 from probes.base import known_keys, restoring
+from probes.ollama_api import canonical_name
 from probes.memory import devices_of as devices_of_reader
 from probes.units import fmt_size
 from rules.coherence import failed_checks
@@ -24,43 +26,6 @@ from rules.setplan import MIN_SET_CTX
 from rules.together import MAX_LOADED_UNSET, SetRules
 
 Say = Callable[[str], None]
-
-#: words that say another model shares the server (a RAG embedder, a second
-#: model, evictions and reloads), in English and Chinese: the chat then asks
-#: what else must stay loaded
-OTHER_MODEL_WORDS = ("embed", "rag", "another model", "other model", "second model", "two models", "both models",
-                     "evict", "unload", "reload", "keeps loading", "switching models",
-                     "嵌入", "向量", "另一个模型", "其他模型", "第二个模型", "两个模型", "同时加载", "驱逐", "卸载",
-                     "重新加载", "切换模型")
-
-
-def mentions_other_models(text: str) -> bool:
-    """Whether the user's words say another model shares the server."""
-    low = (text or "").lower()
-    return any(word in low for word in OTHER_MODEL_WORDS)
-
-
-def names_in(answer: str, tags: list[str]) -> tuple[list[str], list[str]]:
-    """The server's tags an answer names (a tag, or a bare name with one tag
-    of that name), and the words that name none. ``,``, ``，``, ``、``, ``;``
-    and spaces separate names."""
-    import re
-
-    from probes.ollama_api import canonical_name
-
-    found, unknown = [], []
-    by_name = {canonical_name(tag): tag for tag in tags}
-    for word in (w for w in re.split(r"[,，、;；\s]+", answer or "") if w):
-        tag = by_name.get(canonical_name(word))
-        if tag is None:
-            same = [t_ for t_ in tags if canonical_name(t_).split(":")[0] == word.lower()]
-            tag = same[0] if len(same) == 1 else None
-        if tag is None:
-            unknown.append(word)
-        elif tag not in found:
-            found.append(tag)
-    return found, unknown
-
 
 def server_max_loaded(control, gpus: int) -> tuple[int | None, str]:
     """The server's OLLAMA_MAX_LOADED_MODELS as read, and where from: its
@@ -86,19 +51,56 @@ def server_keep_alive(control) -> str | None:
     return str(env.get("OLLAMA_KEEP_ALIVE") or "").strip() or "5m"
 
 
-def served_context(env, model: str, embedding: bool) -> int | None:
+def served_context(env, model: str, embedding: bool) -> tuple[int | None, bool]:
     """The context the server gives ``model`` when a request names none (as
-    the user's clients send): loaded once, read from ``/api/ps``."""
-    if embedding:
-        env.api.embed(model, "OK")
-    else:
-        env.api.generate(model, "Say OK.", {"num_predict": 1, "temperature": 0})
+    the user's clients send): loaded once, read from ``/api/ps``; and whether
+    it is an embedding model (one the server did not label as such is found
+    when ``/api/generate`` refuses it). A model that does not load alone is
+    said in one line (ProbeError), with the server's reason."""
+    gen = env.api.embed(model, "OK") if embedding else env.api.generate(model, "Say OK.", {"num_predict": 1,
+                                                                                          "temperature": 0})
+    if not gen.ok and not embedding and "does not support" in str(gen.error or ""):
+        gen, embedding = env.api.embed(model, "OK"), True
+    if not gen.ok:
+        raise ProbeError(t("set.no_load", model=model, error=str(gen.error or "?").strip()))
     row = env.api.loaded(model)
     env.unload(model)
-    return row.context_length if row is not None else None
+    return (row.context_length if row is not None else None), embedding
 
 
-def devices_of(world) -> list[dict]:
+def check_set(api, models: list[str], lang: str) -> None:
+    """One clear line (exit 2) for a set that cannot be measured: a model
+    named twice under any spelling (``neohorse-1`` and ``neohorse-1:latest``,
+    or two tags of one file), or one the server does not have."""
+    digests = api.digests()
+    for i, model in enumerate(models):
+        if any(canonical_name(model) == canonical_name(other) or api.same_model(model, other, digests)
+               for other in models[:i]):
+            raise UsageError(t("diagnose.set_twice", lang, models=", ".join(models)))
+    missing = []
+    for model in models:
+        try:
+            api.show(model)
+        except ModelNotFoundError:
+            missing.append(model)
+    if missing:
+        raise UsageError(t("diagnose.set_missing", lang, models=", ".join(missing)))
+
+
+def diagnose_set(world, models: list[str], lang: str, say: Say, out) -> tuple[dict, int, list]:
+    """Check, run and write a set diagnosis (``diagnose --also``, the chat):
+    the result, the exit code and the files written (all or nothing)."""
+    from assistant.files.atomic import write_files
+    from assistant.files.set_outputs import set_files
+
+    check_set(world.env.api, models, lang)
+    result, code = SetSession(world, models, lang, say).run()
+    paths = write_files(out, set_files(result), lang=lang)
+    say(t("set.wrote", lang, n=len(paths), out=out, names=", ".join(p.name for p in paths)))
+    return result, code, paths
+
+
+def world_devices(world) -> list[dict]:
     """Each device as the memory source reads it (one per card where the
     source keeps them apart), with the limit that applies to the set."""
     limit = {"limit_bytes": world.limit.bytes, "limit_from": "budget" if world.budget is not None else "device"}
@@ -132,12 +134,13 @@ class SetSession:
     def run(self) -> tuple[dict, int]:
         env, say, lang = self.env, self.say, self.lang
         if env.limit_bytes is None:
-            from common.errors import UsageError
             raise UsageError(t("set.no_limit", lang))
+        if env.blind:  # a server elsewhere: its /api/ps figures are reports, and a set is planned on measurements
+            raise ProbeError(t("set.blind", lang, why=env.blind))
         # the server as it was, Ctrl-C included: what the set loaded goes, what was loaded comes back
         with restoring(env):
             members = self._members()
-            gpus = len(devices_of(self.world)) if env.on_gpu else 0
+            gpus = len(world_devices(self.world)) if env.on_gpu else 0
             max_loaded, max_from = server_max_loaded(env.control, gpus)
             say(t("set.start", lang, models=", ".join(f"{m.model} (num_ctx={m.num_ctx})" for m in members),
                   limit=fmt_size(env.limit_bytes),
@@ -156,7 +159,7 @@ class SetSession:
                   "fit_limit": rules.fit_limit, "causes": rules.causes, "plan": plan,
                   "server_env": dict(rules.server_env), "verified": verified, "why": step["why"],
                   "why_chain": rules.trail, "steps": self.steps, "charts": self.charts,
-                  "devices": devices_of(self.world), "engine": (self.world.server_fact or {}).get("engine"),
+                  "devices": world_devices(self.world), "engine": (self.world.server_fact or {}).get("engine"),
                   "version": (self.world.server_fact or {}).get("version")}
         if step["why"] in ("set_no_arrangement", "set_retests_spent"):  # stops no rule's sentence says
             say("  " + t(f"setwhy.{step['why']}", lang, n=rules.retests))
@@ -167,10 +170,8 @@ class SetSession:
         """Each model at the context the server gives it, an embedder marked as one."""
         members = []
         for model in self.models:
-            embedding = self.env.api.show(model).embedding_only
-            ctx = served_context(self.env, model, embedding)
+            ctx, embedding = served_context(self.env, model, self.env.api.show(model).embedding_only)
             if ctx is None:
-                from common.errors import ProbeError
                 raise ProbeError(t("set.no_context", self.lang, model=model))
             members.append(together.Member(model, int(ctx), embedding))
         return members

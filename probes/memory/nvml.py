@@ -7,7 +7,8 @@ in the tests, the GPU simulator). A field the driver will not give (``Not
 Supported``, ``GPU is lost`` ...) reads as ``None``, never as a crash. By
 default all GPUs are summed, as Ollama spreads a model over every GPU it sees;
 ``index`` picks one; only the GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible
-count, and a GPU in MIG mode counts as its MIG instances, in the sum too. ``devices()`` reads each GPU apart, only those
+count, and a GPU in MIG mode counts as the one MIG instance a CUDA process
+gets (the first visible), in the sum too. ``devices()`` reads each GPU apart, only those
 ``CUDA_VISIBLE_DEVICES`` leaves visible (see :mod:`probes.memory.visible`),
 and a GPU in MIG mode as its MIG instances (``nvmlDeviceGetMigMode`` current
 mode 1; an empty instance slot answers Not Found and is skipped). A stand-in
@@ -136,14 +137,18 @@ class NvmlReader:
 
     def _memory_handles(self) -> list:
         """What a summed reading reads: the GPUs the environment leaves
-        visible, and for a GPU in MIG mode its MIG instances (the parent's
-        memory info is the whole card's, while a model only ever gets an
-        instance's: a 40 GiB slice of an 80 GiB card is a 40 GiB device).
+        visible, and for a GPU in MIG mode one MIG instance, the first visible
+        (the parent's memory info is the whole card's, while a CUDA process
+        such as Ollama's only ever gets one instance: a 40 GiB slice of an
+        80 GiB card is a 40 GiB device, whatever other slices it has).
         When nothing is visible (an empty CUDA_VISIBLE_DEVICES), every GPU,
         as before. Raises _UnusableError like :meth:`_ensure`."""
         handles = self._ensure()
         if self._memory is None:
-            self._memory = [unit[1] for unit in self._units()] or handles
+            units = self._units()
+            # a CUDA process (Ollama's) gets one MIG instance: the first visible one, not every slice
+            mig = [u for u in units if u[2] is not None][:1]
+            self._memory = [u[1] for u in units if u[2] is None] + [u[1] for u in mig] or handles
         return self._memory
 
     def info(self) -> DeviceInfo:
