@@ -70,7 +70,12 @@ def send(env: ProbeEnv, member: Member, prompt: str, options: dict, keep_alive="
 
 
 def _devices(env: ProbeEnv) -> list[dict]:
-    """Each device's reading now (one per card where the source keeps them apart)."""
+    """Each device's reading now (one per card where the source keeps them
+    apart); none on host memory, whose one "device" is the machine: its
+    available memory counts a model's mapped weights as cache, so its change
+    is not what the set holds (the set's own readings are)."""
+    if getattr(env.reader, "name", None) == "host":
+        return []
     try:
         found = devices_of(env.reader)
     except Exception:  # noqa: BLE001 - a per-device reading that fails leaves the set's sum
