@@ -309,3 +309,21 @@ def test_a_set_on_a_server_whose_memory_cannot_be_measured_is_refused_in_one_lin
     env = SimpleNamespace(limit_bytes=8 * GiB, blind="no Ollama process of this machine serves http://gpu-box:11434")
     with pytest.raises(ProbeError, match="cannot be measured from here: no Ollama process"):
         SetSession(SimpleNamespace(env=env), [CHAT, EMBED], "en", lambda line: None).run()
+
+
+def test_ctrl_c_in_a_set_diagnosis_exits_130_and_writes_nothing(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "assistant", "diagnose", "--simulate",
+                             str(SCENARIOS / "embedder_evicts.yaml"), "--model", CHAT, "--also", EMBED,
+                             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(5)   # the simulator is up and the set's measurements are running (the whole run takes ~10 s)
+    assert proc.poll() is None, "the diagnosis ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and not out.exists()
