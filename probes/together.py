@@ -42,8 +42,6 @@ from probes.texts import filled, stability_task
 
 #: share of each model's context the set's measurements fill (the context step's own fill)
 FILL = 0.85
-#: the shortest context a half-context point is measured at
-MIN_HALF_CTX = 256
 #: seconds between two ``/api/ps`` polls while the set's retest runs
 POLL_S = 0.25
 
@@ -155,22 +153,20 @@ def alone(env: ProbeEnv, prompts: "Prompts", member: Member, num_ctx: int, keep_
             "prompt_tokens": gen.prompt_eval_count, **step.reading()}, step.chart()
 
 
-def _contexts(member: Member, floor: int | None) -> list[int]:
+def _contexts(member: Member, floor: int) -> list[int]:
     """Where a model is measured alone: its own context, and, when a plan may
     shorten it (its context is over ``floor``), the shortest context the plan
     may give it, so that every context the plan picks lies between two
     measured points (no slope assumed, nothing extrapolated)."""
-    if floor is None:
-        return sorted({member.num_ctx, max(MIN_HALF_CTX, member.num_ctx // 2)}, reverse=True)
     if member.num_ctx <= floor:
         return [member.num_ctx]
     return [member.num_ctx, floor]
 
 
 @timed
-def measure(env: ProbeEnv, members: list[Member], keep_alive="10m", floor: int | None = None) -> ProbeResult:
-    """Each model alone (at its context, and at ``floor`` where its context
-    is over it; at half of it when no floor is given), then the set together
+def measure(env: ProbeEnv, members: list[Member], floor: int, keep_alive="10m") -> ProbeResult:
+    """Each model alone (at its context, and at ``floor``, the shortest a
+    plan may give it, where its context is over that), then the set together
     as the server holds it; one ``set`` fact."""
     result = ProbeResult("together", ok=False)
     prompts = Prompts(env)
